@@ -1,0 +1,40 @@
+"""Session fixtures shared by the conformance tests: settings, the hardware backend, and a cache of loaded models."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.plugin import SETTINGS_KEY
+from conformance.settings import RunSettings
+
+
+@pytest.fixture(scope="session")
+def settings(pytestconfig) -> RunSettings:
+    return pytestconfig.stash[SETTINGS_KEY]
+
+
+@pytest.fixture(scope="session")
+def backend(settings):
+    from conformance.hardware import get_backend
+
+    return get_backend(settings.hardware)
+
+
+class ModelStore:
+    """Loads each model once per session (seeded weights are large; building them twice wastes seconds)."""
+
+    def __init__(self):
+        self._models = {}
+
+    def get(self, name: str):
+        from conformance.reference import WEIGHT_SEED
+        from models import load_model
+
+        if name not in self._models:
+            self._models[name] = load_model(name, seed=WEIGHT_SEED)
+        return self._models[name]
+
+
+@pytest.fixture(scope="session")
+def model_store() -> ModelStore:
+    return ModelStore()

@@ -1,0 +1,38 @@
+"""Generate or verify the FP32 reference outputs in reference/ (``ipu-conformance reference generate|verify``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from conformance import reference
+
+
+def _models(value: str) -> list[str]:
+    from models import canonical_name
+
+    try:
+        return [canonical_name(v.strip()) for v in value.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("generate", "verify"), help="generate: compute and store; verify: check hashes")
+    parser.add_argument("--model", action="append", type=_models, default=[], help="model(s), repeatable or comma list (default: all)")
+    parser.add_argument("--dir", type=Path, default=reference.REFERENCE_DIR, help="reference directory (default: %(default)s)")
+    parser.add_argument("--recompute", action="store_true", help="verify: also recompute the outputs in FP32 and compare")
+
+
+def run(args) -> int:
+    from models import MODEL_NAMES
+
+    names = [n for group in args.model for n in group] or list(MODEL_NAMES)
+    if args.action == "generate":
+        reference.generate(names, args.dir)
+        return 0
+    problems = reference.verify(names, args.dir, recompute=args.recompute)
+    for problem in problems:
+        print(f"FAIL {problem}", file=sys.stderr)
+    return 1 if problems else 0

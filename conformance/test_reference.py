@@ -1,0 +1,38 @@
+"""The FP32 reference outputs are intact and, on the ``cpu`` hardware, reproduced by the numpy models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conformance import reference
+from conformance.plugin import SETTINGS_KEY
+
+# A different BLAS or thread count changes FP32 sums in the last bits; anything beyond this is a real change.
+REPRODUCTION_RTOL = 1e-4
+
+
+def pytest_generate_tests(metafunc):
+    if "model_name" in metafunc.fixturenames:
+        models = metafunc.config.stash[SETTINGS_KEY].models
+        assert models, "no models selected"
+        metafunc.parametrize("model_name", models)
+
+
+def test_reference(model_name, settings, model_store):
+    model = model_store.get(model_name)
+    stored = reference.load(model_name, model=model)
+    if settings.hardware != "cpu":
+        return  # on other hardware this test checks the references' integrity only; the accuracy tests use them
+    count = settings.profile_data.samples[model_name]
+    inputs = reference.evaluation_inputs(model, count)
+    fresh = reference.run_batched(model, inputs, settings.profile_data.batch_size[model_name])
+    assert set(fresh) == set(stored), f"{model_name}: outputs {sorted(fresh)} but reference has {sorted(stored)}"
+    for key, ref in stored.items():
+        ref = ref[:count]
+        scale = max(float(np.max(np.abs(ref))), 1e-30)
+        err = float(np.max(np.abs(fresh[key] - ref))) / scale
+        assert err <= REPRODUCTION_RTOL, (
+            f"{model_name}: output {key!r} differs from reference/{model_name}.npz by {err:.3g} of its scale "
+            f"(allowed {REPRODUCTION_RTOL}); reproduce: pytest conformance/test_reference.py --hardware cpu --model {model_name}"
+        )

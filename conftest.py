@@ -1,0 +1,3 @@
+"""Registers the conformance plugin for every test run from this repository."""
+
+pytest_plugins = ["conformance.plugin"]
