@@ -38,3 +38,19 @@ class ModelStore:
 @pytest.fixture(scope="session")
 def model_store() -> ModelStore:
     return ModelStore()
+
+
+@pytest.fixture
+def record_check(request):
+    """Record one gated figure of the current test: ``record_check(kind=..., model=..., precision=..., check=...,
+    value=..., target=..., op=">=", units=..., scenario=None, gating=True, details={})``. Returns the CheckRecord;
+    ``passed`` is computed from value, op and target."""
+    from conformance.results import RECORD_KEY, CheckRecord, compare
+
+    def record(**fields) -> CheckRecord:
+        fields.setdefault("passed", compare(fields.get("value"), fields["op"], fields["target"]))
+        rec = CheckRecord(test_id=request.node.nodeid, **fields)
+        request.node.user_properties.append((RECORD_KEY, rec.to_dict()))
+        return rec
+
+    return record

@@ -1,0 +1,3 @@
+"""Shared test configuration: the pytester fixture for testing the plugin."""
+
+pytest_plugins = ["pytester"]
