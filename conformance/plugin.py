@@ -12,6 +12,7 @@ from conformance.hardware import HARDWARE_NAMES
 from conformance.settings import PROFILE_NAMES, RunSettings
 
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
+REPORT_KEY = pytest.StashKey["ReportSession"]()  # conformance.report.session.ReportSession
 
 
 def _model_names(value: str) -> list[str]:
@@ -28,6 +29,45 @@ def _model_names(value: str) -> list[str]:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return names
+
+
+def _shard(value: str):
+    """argparse type of ``--shard``."""
+    from conformance.report.shard import parse_shard
+
+    try:
+        return parse_shard(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _precision_names(value: str) -> list[str]:
+    """argparse type of ``--precision``: a comma list; checked against the hardware's precisions in pytest_configure."""
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def selected_precisions(config: pytest.Config) -> tuple[str, ...]:
+    """The precisions to test: ``--precision`` (each one the hardware has, else a usage error listing them) or all."""
+    from conformance.hardware import get_backend
+
+    hardware = config.getoption("hardware")
+    valid = get_backend(hardware).precisions
+    chosen = [name for group in config.getoption("precision") for name in group]
+    unknown = [name for name in chosen if name not in valid]
+    if unknown:
+        raise pytest.UsageError(
+            f"--precision: unknown precision(s) {', '.join(map(repr, unknown))} for hardware {hardware!r}; "
+            f"expected one or more of: {', '.join(valid)}"
+        )
+    return tuple(dict.fromkeys(chosen)) if chosen else tuple(valid)
+
+
+def progress_line(config: pytest.Config, message: str) -> None:
+    """One line of progress on the terminal (a long accuracy run says which model it is on)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(f"[conformance] {message}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,6 +99,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="directory for the run's reports and logs (default: none written)",
     )
+    group.addoption(
+        "--precision",
+        action="append",
+        type=_precision_names,
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="precision(s) to test, repeatable or a comma list, e.g. fp16,fp8 on ipu (default: all of the hardware's)",
+    )
+    group.addoption(
+        "--diagnose",
+        action="store_true",
+        default=False,
+        help="report the error layer by layer (SNR per op vs FP32) for every accuracy test, not only failing ones",
+    )
+    group.addoption(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="RESULTS_JSON",
+        help="an earlier run's results.json: fail on accuracy drops or latency/throughput regressions beyond "
+        "conformance/targets/regression.toml (default: no comparison)",
+    )
+    group.addoption(
+        "--shard",
+        type=_shard,
+        default=None,
+        metavar="I/N",
+        help="run only the I-th of N deterministic shares of the tests, e.g. 2/4 (default: all tests)",
+    )
+    group.addoption(
+        "--xfail-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="known failures of the hardware (default: conformance/xfails/<hardware>.txt)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,7 +147,13 @@ def pytest_configure(config: pytest.Config) -> None:
         models=models,
         profile=config.getoption("profile"),
         report_dir=config.getoption("report_dir"),
+        extra={"precisions": selected_precisions(config), "diagnose": config.getoption("diagnose")},
     )
+    from conformance.report.session import ReportSession
+
+    # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
+    config.stash[REPORT_KEY] = ReportSession.from_config(config, config.stash[SETTINGS_KEY])
+    config.pluginmanager.register(config.stash[REPORT_KEY], "conformance-report")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

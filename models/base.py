@@ -132,7 +132,7 @@ class ParamInit:
         self.seed = int(seed)
 
     def _rng(self, name: str) -> np.random.Generator:
-        key = int.from_bytes(name.encode(), "little") % (2**63)
+        key = int.from_bytes(name.encode(), "little")  # all of the name: SeedSequence takes ints of any size
         return np.random.default_rng([self.seed, key])
 
     def normal(self, name: str, shape, std: float, mean: float = 0.0) -> np.ndarray:

@@ -9,6 +9,7 @@ from conformance.hardware.base import Backend, UnsupportedCombination
 # name -> "module:Class"; the plugin offers exactly these as ``--hardware`` choices.
 _REGISTRY = {
     "cpu": "conformance.hardware.cpu:CpuBackend",
+    "ipu": "conformance.hardware.ipu:IpuBackend",
 }
 
 HARDWARE_NAMES = tuple(_REGISTRY)

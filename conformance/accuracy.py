@@ -1,0 +1,114 @@
+"""Evaluating a hardware's outputs against the accuracy gates: plain functions, so they can be tested without pytest.
+
+:func:`evaluate` takes the FP32 reference outputs, a hardware's outputs and the metrics of the precisions that ratio
+gates are relative to, and returns one :class:`Evaluation` per gate. Non-finite hardware outputs are a failed
+evaluation that says how many values and in which output (the metrics are not computed on them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from conformance import metrics
+from conformance.results import compare
+
+UNITS = {"snr_db": "dB"}
+
+
+@dataclass
+class Evaluation:
+    """One gate's verdict: ``value op target``; ``reason`` explains a failure that is not just a number."""
+
+    gate: object  # conformance.targets.Gate
+    value: float | None
+    target: float | None
+    passed: bool
+    details: dict = field(default_factory=dict)
+    reason: str = ""
+
+    def describe(self) -> str:
+        g = self.gate
+        if self.reason:
+            return f"{g.check}: {self.reason}"
+        value = "n/a" if self.value is None else f"{self.value:.6g}"
+        target = "n/a" if self.target is None else f"{self.target:.6g}"
+        rhs = target if g.of is None else f"{g.ratio:g} x {g.metric}({g.of}) = {target}"
+        verdict = "ok" if self.passed else "FAILED"
+        return f"{g.check}: {value} {g.op} {rhs} -> {verdict}" + ("" if g.gating else " (reported only)")
+
+
+@dataclass
+class MetricSet:
+    """All metrics of one precision's outputs against FP32: task metrics, and tensor metrics per output."""
+
+    task: dict[str, float]
+    tensor: dict[str, dict[str, float]]  # output -> metric -> value
+    nonfinite: dict[str, int]  # output -> number of NaN/Inf values (only outputs that have any)
+
+    def value(self, metric: str) -> tuple[float | None, dict]:
+        """The metric's value and where it comes from; tensor metrics gate on the worst output."""
+        if metric in self.task:
+            return self.task[metric], {}
+        if metric in metrics.TENSOR_METRICS and self.tensor:
+            per_output = {out: m[metric] for out, m in self.tensor.items()}
+            higher_is_better = metric in ("cosine", "snr_db")
+            worst = (min if higher_is_better else max)(per_output, key=per_output.get)
+            return per_output[worst], {"worst_output": worst, "per_output": per_output}
+        return None, {}
+
+
+def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> MetricSet:
+    """Task and tensor metrics of ``hardware`` vs ``reference`` outputs; nothing is computed on non-finite outputs."""
+    missing = sorted(set(reference) - set(hardware))
+    if missing:
+        raise metrics.MetricError(f"{model_name}: hardware outputs lack {missing} (it gave {sorted(hardware)})")
+    nonfinite = {name: n for name in reference if (n := metrics.nonfinite_count(hardware[name]))}
+    if nonfinite:
+        return MetricSet({}, {}, nonfinite)
+    tensor = {name: metrics.tensor_metrics(reference[name], hardware[name], f"{model_name} {name}") for name in reference}
+    task = metrics.task_metrics(model_name, reference, hardware, inputs)
+    return MetricSet(task, tensor, {})
+
+
+def evaluate(gates, current: MetricSet, reference_sets: dict[str, MetricSet]) -> list[Evaluation]:
+    """Each gate against ``current``; ratio gates take the metric of precision ``gate.of`` from ``reference_sets``
+    (``"fp32"`` included: the reference scored against itself)."""
+    out = []
+    for gate in gates:
+        if current.nonfinite:
+            where = ", ".join(f"{n} in output {name!r}" for name, n in current.nonfinite.items())
+            out.append(Evaluation(gate, None, None, False, {"nonfinite": current.nonfinite},
+                                  f"hardware output has non-finite values (NaN/Inf): {where}"))
+            continue
+        value, details = current.value(gate.metric)
+        if gate.of is None:
+            target = gate.target()
+        else:
+            base = reference_sets.get(gate.of)
+            if base is None or base.nonfinite:
+                reason = (f"the {gate.of} run it is relative to has non-finite outputs" if base is not None
+                          else f"no {gate.of} metrics to compare with")
+                out.append(Evaluation(gate, value, None, False, details, reason))
+                continue
+            base_value, _ = base.value(gate.metric)
+            details = {**details, f"{gate.of}_value": base_value}
+            target = gate.target(base_value) if base_value is not None and not math.isnan(base_value) else None
+        if value is None:
+            out.append(Evaluation(gate, None, target, False, details, f"metric {gate.metric!r} was not computed"))
+            continue
+        passed = target is not None and compare(float(value), gate.op, target)
+        out.append(Evaluation(gate, float(value), target, passed, details))
+    return out
+
+
+def worst_samples(model_name: str, reference: dict, hardware: dict, count: int) -> list[int]:
+    """Indices of the ``count`` samples whose primary output has the lowest SNR (non-finite outputs first)."""
+    name = metrics.PRIMARY_OUTPUT.get(model_name) or next(iter(reference))
+    ref, hw = reference[name], hardware[name]
+    bad = ~np.isfinite(hw.reshape(len(hw), -1)).all(axis=1)
+    snr = metrics.per_sample_snr_db(ref, np.where(np.isfinite(hw), hw, 0.0))
+    snr[bad] = -np.inf
+    return [int(i) for i in np.argsort(snr, kind="stable")[:count]]

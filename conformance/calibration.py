@@ -1,0 +1,171 @@
+"""FP8 scale calibration: per-tensor power-of-two scales for the operands of the matrix ops.
+
+Poplar's convention is d = q * 2^scale (``conformance.numerics.quantize(x, fmt, scale=s)``), so a larger scale holds
+larger values with coarser steps. Two methods, as PopRT/PopXL offer:
+
+- ``amax``: the smallest scale whose largest finite value (240 * 2^s for F143, 57344 * 2^s for F152) holds the
+  tensor's largest magnitude: nothing saturates, the small values lose the most;
+- ``mse``: among the amax scale and the MSE_WINDOW scales below it, the one with the least mean squared quantisation
+  error (saturation included) on the observed values; PopXL's host heuristic searches the legal scales the same way.
+  Scales above the amax scale only coarsen the grid without saving any clipping, so they are never better.
+
+Weight scales come from the weights themselves. Activation (input) scales come from running the model in FP32 on the
+calibration set ``model.sample_inputs(n, seed=CALIBRATION_SEED)``, which is disjoint from the evaluation set
+(EVAL_SEED), and observing every FP8 operand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.hardware.ops import Ops
+
+FP8_MAX = {"f143": 240.0, "f152": 57344.0}
+SCALE_MIN, SCALE_MAX = -32, 31
+# How many scales below the amax scale the MSE search tries: 8 binades of extra resolution for the small values.
+MSE_WINDOW = 8
+# Values per tensor the MSE search evaluates (an evenly strided subsample of everything observed).
+MSE_SAMPLE = 1 << 16
+# Values kept per observed call (strided), so long calibration runs do not hold whole activations.
+OBSERVE_PER_CALL = 1 << 13
+
+
+def _fp8_max(fmt: str) -> float:
+    try:
+        return FP8_MAX[fmt]
+    except KeyError:
+        raise ValueError(f"unknown FP8 format {fmt!r}; expected one of: {', '.join(FP8_MAX)}") from None
+
+
+def amax_scale(amax: float, fmt: str) -> int:
+    """The smallest scale s in [-32, 31] with ``max(fmt) * 2^s >= amax``; 0 for an all-zero (or non-finite) tensor."""
+    top = _fp8_max(fmt)
+    amax = float(amax)
+    if not np.isfinite(amax) or amax <= 0.0:
+        return 0
+    s = int(np.ceil(np.log2(amax / top)))
+    if top * 2.0 ** (s - 1) >= amax:  # guard log2 rounding at exact powers of two
+        s -= 1
+    return int(np.clip(s, SCALE_MIN, SCALE_MAX))
+
+
+def _strided(x: np.ndarray, count: int) -> np.ndarray:
+    flat = np.asarray(x, np.float32).ravel()
+    step = max(1, flat.size // count)
+    return flat[::step][:count]
+
+
+def mse_scale(values, fmt: str, amax: float | None = None, window: int = MSE_WINDOW) -> int:
+    """The scale among ``amax_scale - window .. amax_scale`` (clipped to [-32, 31]) with the least mean squared error of
+    ``quantize(values, fmt, scale=s)`` (saturating); ties go to the larger scale (less clipping)."""
+    from conformance.numerics import quantize
+
+    values = _strided(values, MSE_SAMPLE)
+    if amax is None:
+        amax = float(np.max(np.abs(values))) if values.size else 0.0
+    top = amax_scale(amax, fmt)
+    if amax <= 0.0 or not np.isfinite(amax):
+        return top
+    best, best_err = top, np.inf
+    v64 = values.astype(np.float64)
+    for s in range(top, max(top - window, SCALE_MIN) - 1, -1):
+        err = float(np.mean((quantize(values, fmt, scale=s).astype(np.float64) - v64) ** 2))
+        if err < best_err:
+            best, best_err = s, err
+    return best
+
+
+def choose_scale(x, fmt: str, method: str) -> int:
+    """The scale of tensor ``x`` by ``method`` ("amax" or "mse")."""
+    amax = float(np.max(np.abs(x))) if np.size(x) else 0.0
+    if method == "amax":
+        return amax_scale(amax, fmt)
+    if method == "mse":
+        return mse_scale(x, fmt, amax=amax)
+    raise ValueError(f"unknown scale method {method!r}; expected 'amax' or 'mse' ('fixed' scales come from the data)")
+
+
+class _OperandStats:
+    def __init__(self):
+        self.amax = 0.0
+        self.pieces: list[np.ndarray] = []
+
+    def add(self, x: np.ndarray) -> None:
+        if x.size:
+            self.amax = max(self.amax, float(np.max(np.abs(x))))
+            self.pieces.append(_strided(x, OBSERVE_PER_CALL))
+
+    def values(self) -> np.ndarray:
+        return np.concatenate(self.pieces) if self.pieces else np.zeros(0, np.float32)
+
+
+class OperandObserver(Ops):
+    """FP32 ops that observe the activation operands of the FP8 matrix ops (linear and conv2d inputs, both matmul
+    operands); ops named in ``skip`` stay FP16 and are not observed."""
+
+    def __init__(self, skip=(), recorder=None):
+        super().__init__(recorder=recorder)
+        self.skip = frozenset(skip)
+        self.stats: dict[str, dict[str, _OperandStats]] = {}
+        self.ops_seen: set[str] = set()
+
+    def _observe(self, name: str, operand: str, x) -> None:
+        if name not in self.skip:
+            self.stats.setdefault(name, {}).setdefault(operand, _OperandStats()).add(np.asarray(x))
+
+    def _emit(self, name, y):
+        self.ops_seen.add(name)
+        return super()._emit(name, y)
+
+    def linear(self, x, weight, bias=None, *, name):
+        self._observe(name, "input", x)
+        return super().linear(x, weight, bias, name=name)
+
+    def matmul(self, a, b, *, name):
+        self._observe(name, "a", a)
+        self._observe(name, "b", b)
+        return super().matmul(a, b, name=name)
+
+    def conv2d(self, x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, name):
+        self._observe(name, "input", x)
+        return super().conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, name=name)
+
+    def scales(self, fmt: str, method: str) -> dict[str, dict[str, int]]:
+        out = {}
+        for op, operands in self.stats.items():
+            out[op] = {}
+            for operand, st in operands.items():
+                if method == "amax":
+                    out[op][operand] = amax_scale(st.amax, fmt)
+                elif method == "mse":
+                    out[op][operand] = mse_scale(st.values(), fmt, amax=st.amax)
+                else:
+                    raise ValueError(f"unknown scale method {method!r}; expected 'amax' or 'mse'")
+        return out
+
+
+def calibration_inputs(model, count: int) -> dict[str, np.ndarray]:
+    """The first ``count`` samples of the model's calibration set (disjoint from the evaluation set)."""
+    from conformance.reference import CALIBRATION_SEED
+
+    return model.sample_inputs(count, seed=CALIBRATION_SEED)
+
+
+def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | None = None):
+    """Input scales of every FP8 matrix op of ``model`` (op -> operand -> scale) by ``settings.scales`` on the
+    calibration set, and a description of the calibration for the report. Skip-list names the model never calls are
+    an error (a typo in precisions.toml would otherwise silently run the op in FP8)."""
+    from conformance.reference import CALIBRATION_SEED, run_batched
+
+    count = samples or settings.calibration_samples
+    observer = OperandObserver(skip=settings.skip)
+    run_batched(model, calibration_inputs(model, count), max(1, min(batch_size, count)), observer)
+    unknown = sorted(set(settings.skip) - observer.ops_seen)
+    if unknown:
+        raise ValueError(
+            f"precisions.toml [fp8.{model.name}].skip names op(s) {unknown} that {model.name} never calls; "
+            f"matrix ops it calls include: {', '.join(sorted(observer.stats)[:5])} ..."
+        )
+    scales = observer.scales(settings.input_format, settings.scales)
+    info = {"method": settings.scales, "format": settings.input_format, "samples": count, "seed": CALIBRATION_SEED}
+    return scales, info

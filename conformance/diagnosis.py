@@ -1,0 +1,125 @@
+"""Why an accuracy gate failed: the error layer by layer.
+
+The FP32 reference and the hardware run the same (worst) samples with a recorder on the ops; every op's output is
+compared with its FP32 counterpart by name, giving the SNR of each layer's output in execution order. The error of a
+healthy low-precision run grows slowly layer after layer; a broken op (a wrong FP8 scale, an overflow, a bad kernel)
+shows as a sudden drop. :func:`first_jump` names the first op whose SNR falls more than JUMP_DB below the lowest SNR
+of every op before it.
+
+Recorders keep a fixed strided subsample of each output (the same positions in both runs), so diagnosing a
+1024-token RoFormer does not hold gigabytes of activations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from conformance.metrics import SNR_IDENTICAL_DB
+
+# A drop of this many dB below the running minimum is a jump: 10 dB is a tenfold increase in error power in one op.
+JUMP_DB = 10.0
+# Values of each op's output kept by the recorders.
+SUBSAMPLE = 1 << 15
+
+
+class SubsampleRecorder:
+    """Ops recorder that keeps, per op name (repeated names get ``#2``, ``#3``...), a strided subsample of the output."""
+
+    def __init__(self, subsample: int = SUBSAMPLE):
+        self.subsample = subsample
+        self.outputs: dict[str, np.ndarray] = {}
+        self.order: list[str] = []
+        self._calls: dict[str, int] = {}
+
+    def __call__(self, name: str, y) -> None:
+        n = self._calls.get(name, 0) + 1
+        self._calls[name] = n
+        key = name if n == 1 else f"{name}#{n}"
+        flat = np.asarray(y).ravel()
+        step = max(1, flat.size // self.subsample)
+        self.outputs[key] = np.array(flat[::step][: self.subsample], dtype=np.float64)
+        self.order.append(key)
+
+
+def _snr(ref: np.ndarray, hw: np.ndarray) -> float | None:
+    """SNR in dB of two recorded outputs; None when the hardware output has non-finite values."""
+    if ref.shape != hw.shape:
+        return None
+    if not np.all(np.isfinite(hw)):
+        return None
+    signal = float(np.sum(ref * ref))
+    noise = float(np.sum((hw - ref) ** 2))
+    if noise == 0.0:
+        return SNR_IDENTICAL_DB
+    if signal == 0.0:
+        return float("-inf")
+    return float(min(10.0 * np.log10(signal / noise), SNR_IDENTICAL_DB))
+
+
+def first_jump(layer_snr, jump_db: float = JUMP_DB) -> tuple[str | None, float]:
+    """The first layer whose SNR is more than ``jump_db`` below the lowest SNR before it (a non-finite output is an
+    infinite drop), and that drop in dB; when no layer drops that much, the layer with the largest drop (or None)."""
+    running = None
+    largest: tuple[str | None, float] = (None, 0.0)
+    for name, snr in layer_snr:
+        value = float("-inf") if snr is None else snr
+        if running is not None:
+            drop = running - value
+            if drop >= jump_db:
+                return name, drop
+            if drop > largest[1]:
+                largest = (name, drop)
+        running = value if running is None else min(running, value)
+    return largest
+
+
+@dataclass
+class Diagnosis:
+    samples: list[int]
+    layer_snr: list[tuple[str, float | None]]
+    first_jump: str | None
+    jump_db: float
+    unmatched: list[str] = field(default_factory=list)  # hardware ops with no FP32 counterpart
+
+    def details(self) -> dict:
+        """For ``record_check(details=...)``: JSON-safe (None for a non-finite output's SNR)."""
+        return {
+            "layer_snr_db": [[name, None if snr is None else round(float(snr), 3)] for name, snr in self.layer_snr],
+            "first_jump": self.first_jump,
+            "first_jump_drop_db": round(float(self.jump_db), 3) if np.isfinite(self.jump_db) else None,
+            "diagnosed_samples": self.samples,
+        }
+
+    def summary(self, lines: int = 6) -> str:
+        """A few lines for a failure message: where the error jumps and the lowest-SNR layers."""
+        if not self.layer_snr:
+            return "layer-by-layer: no ops recorded"
+        fmt = lambda s: "non-finite" if s is None else f"{s:.1f} dB"  # noqa: E731
+        worst = sorted(self.layer_snr, key=lambda kv: float("-inf") if kv[1] is None else kv[1])[:lines]
+        head = (f"layer-by-layer SNR vs FP32 on sample(s) {self.samples}: error jumps first at {self.first_jump!r} "
+                f"(drop {self.jump_db:.1f} dB)" if self.first_jump else
+                f"layer-by-layer SNR vs FP32 on sample(s) {self.samples}: no layer drops by {JUMP_DB:g} dB")
+        return head + "; lowest: " + ", ".join(f"{n} {fmt(s)}" for n, s in worst)
+
+
+def diagnose(model, inputs: dict, reference_ops_factory, hardware_ops_factory, samples) -> Diagnosis:
+    """Run ``model`` on ``samples`` (indices into ``inputs``) with FP32 ops and hardware ops (each factory takes a
+    recorder and returns an ops object) and compare every op's output."""
+    samples = [int(i) for i in samples]
+    batch = {k: v[samples] for k, v in inputs.items()}
+    ref_rec, hw_rec = SubsampleRecorder(), SubsampleRecorder()
+    model(batch, reference_ops_factory(ref_rec))
+    with np.errstate(all="ignore"):
+        model(batch, hardware_ops_factory(hw_rec))
+    layer_snr = []
+    unmatched = []
+    for name in hw_rec.order:
+        ref = ref_rec.outputs.get(name)
+        if ref is None:
+            unmatched.append(name)
+            continue
+        layer_snr.append((name, _snr(ref, hw_rec.outputs[name])))
+    jump, drop = first_jump(layer_snr)
+    return Diagnosis(samples, layer_snr, jump, drop, unmatched)

@@ -1,0 +1,294 @@
+"""Accuracy metrics of a hardware's outputs against the FP32 reference outputs of the same inputs.
+
+Two levels:
+
+- tensor level (:func:`tensor_metrics`): the seed benchmark's five numbers (mean/std/max absolute difference, max/mean
+  relative difference), cosine similarity and signal-to-noise ratio in dB;
+- task level (:func:`task_metrics`): each model's task metric with the FP32 predictions as the labels, so FP32 scores
+  1.0 on its own labels and a hardware's score says how often it agrees with FP32.
+
+No real data sets are available offline; the FP32 predictions are the ground truth that "agreement" is measured
+against (for wide&deep, labels are drawn once from the FP32 click probabilities, see :func:`widedeep_labels`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+# SNR reported when the outputs are bit-identical: far beyond what float32 can resolve (~150 dB), finite for JSON.
+SNR_IDENTICAL_DB = 300.0
+# SQuAD v1.1 post-processing: answers are at most this many tokens long.
+MAX_ANSWER_TOKENS = 30
+# Seed of the wide&deep click labels drawn from the FP32 probabilities; one draw per evaluation set.
+WIDEDEEP_LABEL_SEED = 20160624
+
+TENSOR_METRICS = (
+    "mean_abs_diff",
+    "std_abs_diff",
+    "max_abs_diff",
+    "max_rel_diff",
+    "mean_rel_diff",
+    "cosine",
+    "snr_db",
+)
+
+
+class MetricError(ValueError):
+    """Outputs that cannot be compared: mismatched shapes, missing outputs, non-finite values."""
+
+
+def _as_pair(reference, hardware, what: str) -> tuple[np.ndarray, np.ndarray]:
+    ref = np.asarray(reference, np.float64)
+    hw = np.asarray(hardware, np.float64)
+    if ref.shape != hw.shape:
+        raise MetricError(f"{what}: hardware output has shape {hw.shape}, the reference {ref.shape}")
+    if ref.size == 0:
+        raise MetricError(f"{what}: empty output")
+    return ref, hw
+
+
+def nonfinite_count(x) -> int:
+    """How many values of ``x`` are NaN or +-Inf."""
+    return int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+
+
+# -- tensor level ---------------------------------------------------------------------------------------------------
+def snr_db(reference, hardware, what: str = "output") -> float:
+    """``10 log10(sum ref^2 / sum (hw - ref)^2)``; SNR_IDENTICAL_DB when the two are equal, -inf for a zero reference
+    with a nonzero error."""
+    ref, hw = _as_pair(reference, hardware, what)
+    signal = float(np.sum(ref * ref))
+    noise = float(np.sum((hw - ref) ** 2))
+    if noise == 0.0:
+        return SNR_IDENTICAL_DB
+    if signal == 0.0:
+        return float("-inf")
+    return min(10.0 * np.log10(signal / noise), SNR_IDENTICAL_DB)
+
+
+def cosine(reference, hardware, what: str = "output") -> float:
+    """Cosine similarity of the flattened tensors (1.0 for two zero tensors, 0.0 when only one is zero)."""
+    ref, hw = _as_pair(reference, hardware, what)
+    ref, hw = ref.ravel(), hw.ravel()
+    nr, nh = float(np.linalg.norm(ref)), float(np.linalg.norm(hw))
+    if nr == 0.0 and nh == 0.0:
+        return 1.0
+    if nr == 0.0 or nh == 0.0:
+        return 0.0
+    return float(np.dot(ref, hw) / (nr * nh))
+
+
+def tensor_metrics(reference, hardware, what: str = "output") -> dict[str, float]:
+    """The seed benchmark's five numbers plus cosine and SNR of one output. Relative differences divide by |ref|
+    (where ref is 0 they use the smallest normal float32, which is why max_rel_diff is never a gate)."""
+    ref, hw = _as_pair(reference, hardware, what)
+    diff = np.abs(hw - ref)
+    rel = diff / np.maximum(np.abs(ref), np.finfo(np.float32).tiny)
+    return {
+        "mean_abs_diff": float(diff.mean()),
+        "std_abs_diff": float(diff.std()),
+        "max_abs_diff": float(diff.max()),
+        "max_rel_diff": float(rel.max()),
+        "mean_rel_diff": float(rel.mean()),
+        "cosine": cosine(ref, hw, what),
+        "snr_db": snr_db(ref, hw, what),
+    }
+
+
+def per_sample_snr_db(reference, hardware, what: str = "output") -> np.ndarray:
+    """SNR of each sample (first axis), for picking the worst samples to diagnose."""
+    ref, hw = _as_pair(reference, hardware, what)
+    ref = ref.reshape(len(ref), -1)
+    hw = hw.reshape(len(hw), -1)
+    signal = np.sum(ref * ref, axis=1)
+    noise = np.sum((hw - ref) ** 2, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        snr = 10.0 * np.log10(signal / noise)
+    snr[noise == 0] = SNR_IDENTICAL_DB
+    return np.minimum(snr, SNR_IDENTICAL_DB)
+
+
+# -- resnet50: classification agreement -----------------------------------------------------------------------------
+def topk_agreement(reference_logits, hardware_logits, k: int) -> float:
+    """Fraction of samples whose FP32 top-1 class is among the hardware's top-``k`` classes."""
+    ref, hw = _as_pair(reference_logits, hardware_logits, "logits")
+    labels = np.argmax(ref, axis=-1)
+    if k == 1:
+        return float(np.mean(np.argmax(hw, axis=-1) == labels))
+    top = np.argpartition(-hw, k - 1, axis=-1)[..., :k]
+    return float(np.mean(np.any(top == labels[:, None], axis=-1)))
+
+
+# -- bert/albert: SQuAD-style answer spans --------------------------------------------------------------------------
+def best_spans(start_logits, end_logits, context_mask, max_answer_tokens: int = MAX_ANSWER_TOKENS) -> np.ndarray:
+    """The best answer span of each sample, as SQuAD post-processing picks it: the (start, end) maximising
+    ``start_logits[start] + end_logits[end]`` with start <= end, ``end - start + 1 <= max_answer_tokens`` and both
+    positions inside the context. Returns (batch, 2) int; (-1, -1) when a sample has no context position.
+    Ties go to the earliest start, then the earliest end."""
+    start = np.asarray(start_logits, np.float64)
+    end = np.asarray(end_logits, np.float64)
+    mask = np.asarray(context_mask, bool)
+    if not (start.shape == end.shape == mask.shape) or start.ndim != 2:
+        raise MetricError(f"spans: start {start.shape}, end {end.shape} and context mask {mask.shape} must be equal (batch, seq)")
+    batch, seq = start.shape
+    s = np.where(mask, start, -np.inf)
+    e = np.where(mask, end, -np.inf)
+    # score[b, i, L] = s[b, i] + e[b, i + L] for answer lengths L + 1 = 1..max_answer_tokens
+    lengths = min(max_answer_tokens, seq)
+    e_pad = np.concatenate([e, np.full((batch, lengths - 1), -np.inf)], axis=1)
+    windows = np.lib.stride_tricks.sliding_window_view(e_pad, lengths, axis=1)[:, :seq]  # (B, seq, lengths)
+    score = s[:, :, None] + windows
+    flat = score.reshape(batch, -1)
+    best = np.argmax(flat, axis=1)
+    spans = np.stack([best // lengths, best // lengths + best % lengths], axis=1).astype(np.int64)
+    spans[~np.isfinite(flat[np.arange(batch), best])] = -1
+    return spans
+
+
+def squad_f1(prediction_tokens, truth_tokens) -> float:
+    """The SQuAD v1.1 F1 of two token sequences: harmonic mean of precision and recall of the common tokens
+    (multiset intersection), 0 when nothing is shared."""
+    common = Counter(prediction_tokens) & Counter(truth_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision = same / len(prediction_tokens)
+    recall = same / len(truth_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def span_scores(reference_spans, hardware_spans, token_ids) -> dict[str, float]:
+    """Exact match and SQuAD F1 of the hardware's answer spans against the FP32 spans (the labels), over the answer
+    tokens (``token_ids[b, start:end + 1]``); a missing span (-1) scores 0 unless both are missing."""
+    ref = np.asarray(reference_spans)
+    hw = np.asarray(hardware_spans)
+    ids = np.asarray(token_ids)
+    em, f1 = [], []
+    for b in range(len(ref)):
+        (rs, re_), (hs, he) = ref[b], hw[b]
+        if rs < 0 or hs < 0:
+            same = float(rs < 0 and hs < 0)
+            em.append(same)
+            f1.append(same)
+            continue
+        em.append(float(rs == hs and re_ == he))
+        f1.append(squad_f1(ids[b, hs:he + 1].tolist(), ids[b, rs:re_ + 1].tolist()))
+    return {"exact_match": float(np.mean(em)), "f1": float(np.mean(f1))}
+
+
+def squad_context_mask(inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """Positions an answer may occupy: the second segment (token_type_ids == 1), attended, minus its final [SEP]."""
+    mask = (np.asarray(inputs["token_type_ids"]) == 1) & (np.asarray(inputs["attention_mask"]) != 0)
+    last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)  # last context position of each row: its [SEP]
+    rows = np.flatnonzero(mask.any(axis=1))
+    mask[rows, last[rows]] = False
+    return mask
+
+
+# -- roformer: pairwise order ---------------------------------------------------------------------------------------
+def pairwise_order_agreement(reference_scores, hardware_scores) -> float:
+    """CAIL2019-SCM's metric with FP32 as the labels: samples come as interleaved pairs (A,B),(A,C); the fraction of
+    pairs where the hardware orders ``score[2k]`` vs ``score[2k+1]`` as FP32 does."""
+    ref, hw = _as_pair(reference_scores, hardware_scores, "scores")
+    ref, hw = ref.reshape(len(ref)), hw.reshape(len(hw))
+    if len(ref) % 2:
+        raise MetricError(f"pairwise order needs an even number of scores (interleaved pairs), got {len(ref)}")
+    return float(np.mean((ref[0::2] > ref[1::2]) == (hw[0::2] > hw[1::2])))
+
+
+# -- wide&deep: accuracy and AUC on labels drawn from FP32 ----------------------------------------------------------
+def widedeep_labels(reference_probability, seed: int = WIDEDEEP_LABEL_SEED) -> np.ndarray:
+    """Click labels drawn once from the FP32 click probabilities: label ~ Bernoulli(p_fp32), seeded."""
+    p = np.asarray(reference_probability, np.float64).ravel()
+    return (np.random.default_rng(seed).random(p.shape) < p).astype(np.int8)
+
+
+def accuracy_at(probability, labels, threshold: float = 0.5) -> float:
+    """Fraction of samples where ``probability >= threshold`` equals the label."""
+    p = np.asarray(probability, np.float64).ravel()
+    return float(np.mean((p >= threshold) == (np.asarray(labels).ravel() != 0)))
+
+
+def roc_auc(scores, labels) -> float:
+    """Area under the ROC curve: the probability that a random positive scores above a random negative, ties counting
+    one half (the rank-sum form, average ranks for ties). NaN when one class is absent."""
+    s = np.asarray(scores, np.float64).ravel()
+    y = np.asarray(labels).ravel() != 0
+    n_pos = int(y.sum())
+    n_neg = len(y) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(s, kind="mergesort")
+    sorted_s = s[order]
+    # average rank (1-based) of each group of tied scores
+    starts = np.flatnonzero(np.r_[True, sorted_s[1:] != sorted_s[:-1]])
+    ends = np.r_[starts[1:], len(s)]
+    avg = (starts + ends + 1) / 2.0
+    ranks = np.empty(len(s))
+    ranks[order] = np.repeat(avg, ends - starts)
+    rank_sum = float(ranks[y].sum())
+    return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+
+
+def click_probability(probabilities) -> np.ndarray:
+    """The positive-class probability of wide&deep's output ((batch, 2) two-class probabilities, or (batch,) / (batch, 1))."""
+    p = np.asarray(probabilities)
+    if p.ndim == 2 and p.shape[1] == 2:
+        return p[:, 1]
+    return p.reshape(len(p))
+
+
+# -- per model --------------------------------------------------------------------------------------------------------
+# The task metrics each model reports; the keys are the metric names used in the targets file.
+TASK_METRICS = {
+    "resnet50": ("top1_agreement", "top5_agreement"),
+    "bert-base": ("exact_match", "f1"),
+    "albert": ("exact_match", "f1"),
+    "roformer": ("pairwise_order_agreement",),
+    "widedeep": ("accuracy", "auc"),
+    "conformer": (),  # no data set: tensor-level SNR and cosine of the encoder output are its task metrics
+}
+
+# The output whose tensor-level metrics are gated, per model (others are reported).
+PRIMARY_OUTPUT = {
+    "resnet50": "logits",
+    "bert-base": "start_logits",
+    "albert": "start_logits",
+    "roformer": "logits",
+    "widedeep": "probabilities",
+    "conformer": "memory",
+}
+
+
+def task_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> dict[str, float]:
+    """Task metrics of ``hardware`` outputs against ``reference`` outputs (the FP32 predictions are the labels).
+    Scoring the reference against itself gives the FP32 figure a ratio gate is relative to."""
+    if model_name == "resnet50":
+        ref, hw = reference["logits"], hardware["logits"]
+        return {"top1_agreement": topk_agreement(ref, hw, 1), "top5_agreement": topk_agreement(ref, hw, 5)}
+    if model_name in ("bert-base", "albert"):
+        context = squad_context_mask(inputs)
+        ref_spans = best_spans(reference["start_logits"], reference["end_logits"], context)
+        hw_spans = best_spans(hardware["start_logits"], hardware["end_logits"], context)
+        return span_scores(ref_spans, hw_spans, inputs["input_ids"])
+    if model_name == "roformer":
+        return {"pairwise_order_agreement": pairwise_order_agreement(similarity_score(reference["logits"]), similarity_score(hardware["logits"]))}
+    if model_name == "widedeep":
+        p_ref = click_probability(reference["probabilities"])
+        labels = widedeep_labels(p_ref)
+        p_hw = click_probability(hardware["probabilities"])
+        return {"accuracy": accuracy_at(p_hw, labels), "auc": roc_auc(p_hw, labels)}
+    if model_name == "conformer":
+        return {}
+    raise MetricError(f"no task metrics for model {model_name!r}; known: {', '.join(TASK_METRICS)}")
+
+
+def similarity_score(logits) -> np.ndarray:
+    """RoFormer's similarity score: the logit of the "similar" class minus the other for a two-class head, the single
+    logit for a one-output head. Monotone in the softmax probability, so the pair order is the same."""
+    x = np.asarray(logits, np.float64)
+    if x.ndim == 2 and x.shape[1] == 2:
+        return x[:, 1] - x[:, 0]
+    return x.reshape(len(x))

@@ -1,0 +1,45 @@
+"""IPU numerics emulator: bit-exact FP16/FP8 formats (F143, F152) and matrix kernels with FP32 or FP16 partials.
+
+Public API::
+
+    quantize(x, fmt, *, scale=0, overflow="sat", rounding="nearest", rng=None) -> float32 array
+    encode(x, fmt, *, scale=0, overflow="sat", rounding="nearest", rng=None)   -> uint8 (FP8) / uint16 (f16) codes
+    decode(codes, fmt, *, scale=0)                                              -> float32 array
+    matmul(a, b, *, partials="float", operand_format="f16", block=None, rounding="nearest", rng=None,
+           out_format="f16", overflow="sat")                                    -> float32 array
+    conv2d(x, w, *, stride=1, padding=0, dilation=1, groups=1, partials="float", operand_format="f16", block=None,
+           rounding="nearest", rng=None, out_format="f16", overflow="sat")    -> float32 array (N, O, Ho, Wo)
+
+``fmt`` is one of ``FORMAT_NAMES`` = ("f16", "f143", "f152"); values are d = q * 2**scale (FP8 only).
+"""
+
+from conformance.numerics.formats import (
+    FORMAT_NAMES,
+    OVERFLOW_MODES,
+    ROUNDING_MODES,
+    SCALE_RANGE,
+    FormatInfo,
+    decode,
+    encode,
+    format_info,
+    quantize,
+    round_inplace,
+)
+from conformance.numerics.kernels import DEFAULT_BLOCK, PARTIALS, conv2d, matmul
+
+__all__ = [
+    "DEFAULT_BLOCK",
+    "FORMAT_NAMES",
+    "OVERFLOW_MODES",
+    "PARTIALS",
+    "ROUNDING_MODES",
+    "SCALE_RANGE",
+    "FormatInfo",
+    "conv2d",
+    "decode",
+    "encode",
+    "format_info",
+    "matmul",
+    "quantize",
+    "round_inplace",
+]

@@ -1,0 +1,374 @@
+"""IPU number formats: IEEE binary16 (``"f16"``) and the two FP8 formats F143 and F152, bit-exact and vectorized.
+
+Semantics (the IPU's, see the numerics facts in the project notes):
+
+* ``"f16"``: IEEE binary16 with subnormals, max 65504, infinities and signed zero.
+* ``"f143"``: 1 sign, 4 exponent, 3 mantissa bits, bias 8, max 240, min subnormal 2**-10.
+* ``"f152"``: 1 sign, 5 exponent, 2 mantissa bits, bias 16, max 57344, min subnormal 2**-17.
+  Both FP8 formats have no infinity, one NaN (code 0x80) and no negative zero (-0.0 and negative underflow give 0x00).
+  They are the values of ml_dtypes ``float8_e4m3fnuz`` / ``float8_e5m2fnuz`` (P3109 binary8p4sf / binary8p3sf).
+* Scaling (Poplar ``quarter`` metadata, FP8 only): a stored code ``q`` means the value ``d = q * 2**scale`` with
+  ``scale`` an integer in [-32, 31]; storing ``d`` rounds ``d * 2**-scale``. Scaling is exact (exponent arithmetic).
+* Rounding: ``"nearest"`` is one round-to-nearest-even of the exact input value (float64 inputs are not first rounded
+  to float32). ``"stochastic"`` rounds to one of the two neighbouring grid values, up in magnitude with probability
+  equal to the distance from the lower one in ulps, so ``E[quantize(x)] == x`` below the overflow threshold.
+* Overflow is decided after rounding. ``overflow="sat"`` (the hardware default) turns finite results beyond the
+  format's max into +-max; ``overflow="nan"`` (NaN-on-overflow: host conversion, IPU Model) turns them into NaN.
+  +-Inf becomes NaN for FP8 in both modes and stays +-Inf for f16; NaN stays NaN.
+
+Nothing here calls ml_dtypes or gfloat: those are the tests' oracles. Round-to-nearest works on the float bit pattern:
+a 512-entry table indexed by sign and exponent gives, per element, a signed power of two ``C`` whose ulp is the target
+grid spacing at that element's binade (clamped to the subnormal spacing below the smallest normal); ``(x + C) - C`` is
+then one IEEE round-to-nearest-even onto the target grid. The loop runs over cache-sized chunks with preallocated buffers.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+FORMAT_NAMES = ("f16", "f143", "f152")
+OVERFLOW_MODES = ("sat", "nan")
+ROUNDING_MODES = ("nearest", "stochastic")
+SCALE_RANGE = (-32, 31)
+
+# Elements per chunk: 64K float32 keeps the chunk, its table indices and constants (~1 MiB) in a core's L2 cache.
+_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    """One IPU number format. ``emin``/``emax`` are the exponents of the smallest normal and of the largest binade."""
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    max_value: float
+    has_inf: bool
+    code_dtype: type
+
+    @property
+    def emin(self) -> int:
+        return 1 - self.bias
+
+    @property
+    def emax(self) -> int:
+        return int(np.floor(np.log2(self.max_value)))
+
+    @property
+    def min_normal(self) -> float:
+        return 2.0**self.emin
+
+    @property
+    def min_subnormal(self) -> float:
+        return 2.0 ** (self.emin - self.mantissa_bits)
+
+    @property
+    def code_bits(self) -> int:
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+
+_FORMATS = {
+    "f16": FormatInfo("f16", 5, 10, 15, 65504.0, True, np.uint16),
+    "f143": FormatInfo("f143", 4, 3, 8, 240.0, False, np.uint8),
+    "f152": FormatInfo("f152", 5, 2, 16, 57344.0, False, np.uint8),
+}
+
+
+def format_info(fmt: str) -> FormatInfo:
+    """The :class:`FormatInfo` of ``fmt`` (``"f16"``, ``"f143"`` or ``"f152"``)."""
+    try:
+        return _FORMATS[fmt]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown number format {fmt!r}; expected one of: {', '.join(FORMAT_NAMES)}") from None
+
+
+def _check_scale(info: FormatInfo, scale) -> int:
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, np.integer)):
+        raise ValueError(f"scale must be an integer in [{SCALE_RANGE[0]}, {SCALE_RANGE[1]}], got {scale!r}")
+    scale = int(scale)
+    if info.has_inf:
+        if scale != 0:
+            raise ValueError(f"scale applies to the FP8 formats (f143, f152) only; {info.name} needs scale=0, got {scale}")
+    elif not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
+        raise ValueError(f"scale must be an integer in [{SCALE_RANGE[0]}, {SCALE_RANGE[1]}], got {scale}")
+    return scale
+
+
+def _check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of: {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _check_rng(rounding: str, rng):
+    if rounding == "stochastic" and not isinstance(rng, np.random.Generator):
+        raise ValueError(
+            f"rounding='stochastic' needs rng=a numpy Generator (np.random.default_rng(seed)), got {type(rng).__name__}"
+        )
+    return rng
+
+
+def _as_float_array(x, what: str = "x") -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"{what} must be a float16, float32 or float64 array, got dtype {arr.dtype}")
+    return arr
+
+
+@dataclass(frozen=True)
+class _Container:
+    """A binary float type the rounding runs in: float32 (float16 inputs are widened exactly) or float64."""
+
+    float_dtype: type
+    uint_dtype: type
+    mantissa_bits: int
+    exponent_bits: int
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.exponent_bits - 1)) - 1
+
+
+_F32 = _Container(np.float32, np.uint32, 23, 8)
+_F64 = _Container(np.float64, np.uint64, 52, 11)
+
+
+@functools.lru_cache(maxsize=None)
+def _rounding_constants(fmt: str, scale: int, overflow: str, container: _Container) -> np.ndarray:
+    """Per (sign, biased exponent) of the container: the signed power of two C such that ``(x + C) - C`` rounds x to
+    the scaled grid of ``fmt`` (RNE, single rounding). Entries for binades above the format's are +-inf in NaN mode (the
+    sum becomes NaN), the format's top binade's C otherwise; the Inf/NaN entry is +-inf for FP8 (Inf -> NaN)."""
+    info = _FORMATS[fmt]
+    n_exp = 1 << container.exponent_bits
+    biased = np.arange(2 * n_exp) % n_exp
+    sign = np.where(np.arange(2 * n_exp) >= n_exp, -1.0, 1.0)
+    exponent = np.maximum(biased, 1) - container.bias
+    emin, emax, m, p = info.emin + scale, info.emax + scale, info.mantissa_bits, container.mantissa_bits
+    magnitude = np.exp2(np.clip(exponent, emin, emax) - m + p)
+    if overflow == "nan":
+        magnitude[exponent > emax] = np.inf
+    magnitude[biased == n_exp - 1] = np.exp2(emax - m + p) if info.has_inf else np.inf
+    table = (sign * magnitude).astype(container.float_dtype)
+    table.flags.writeable = False
+    return table
+
+
+def _work_buffers(n: int, dtype=np.float32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scratch for :func:`_round_nearest_into` on up to ``n`` elements: table indices, constants, a finite mask."""
+    chunk = max(1, min(_CHUNK, n))
+    return np.empty(chunk, np.intp), np.empty(chunk, dtype), np.empty(chunk, bool)
+
+
+def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
+                        work: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+    """RNE of contiguous float32/float64 ``x`` onto the grid, written into ``out`` (same dtype, may be ``x`` itself).
+    ``work``: reusable scratch from :func:`_work_buffers` (a hot loop saves the allocations)."""
+    container = _F64 if x.dtype == np.float64 else _F32
+    table = _rounding_constants(info.name, scale, overflow, container)
+    bits = x.reshape(-1).view(container.uint_dtype)
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    n = xs.size
+    index, const, finite = work if work is not None else _work_buffers(n, container.float_dtype)
+    chunk = index.size
+    limit = container.float_dtype(info.max_value * 2.0**scale)
+    shift = container.mantissa_bits
+    with np.errstate(invalid="ignore"):  # inf - inf is how NaN is produced on purpose
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            k = stop - start
+            xc, yc, ic, cc = xs[start:stop], ys[start:stop], index[:k], const[:k]
+            np.right_shift(bits[start:stop], shift, out=ic, casting="unsafe")
+            np.take(table, ic, out=cc, mode="clip")
+            np.add(xc, cc, out=yc)
+            np.subtract(yc, cc, out=yc)
+            if info.has_inf:
+                # IEEE keeps the sign of a zero result (-1e-9 -> -0.0); (x + C) - C gives +0 but C carries x's sign.
+                np.copysign(yc, cc, out=yc)
+            if overflow == "nan":
+                # A round-up into the binade above the top one (e.g. 248 -> 256 for F143) is caught by a second look-up on
+                # the result: that binade's C is +-inf, so C - C is NaN there and 0 elsewhere; y - 0 keeps y (and -0.0).
+                np.right_shift(ys[start:stop].view(container.uint_dtype), shift, out=ic, casting="unsafe")
+                np.take(table, ic, out=cc, mode="clip")
+                np.subtract(cc, cc, out=cc)
+                np.subtract(yc, cc, out=yc)
+            elif info.has_inf:
+                fc = finite[:k]
+                np.isfinite(yc, out=fc)
+                np.clip(yc, -limit, limit, out=yc, where=fc)
+            else:
+                np.clip(yc, -limit, limit, out=yc)
+
+
+def _round_partials_f16(y: np.ndarray, overflow: str, work) -> None:
+    """In-place RNE of a contiguous float32 accumulator to FP16, the kernels' hot loop: ``overflow`` is "sat", "nan"
+    or "unbounded" (the caller knows no value can exceed the max: no clipping). A zero result is +0 whatever the sign
+    of the sum (the sign of a zero partial is not modelled)."""
+    table = _rounding_constants("f16", 0, "nan" if overflow == "nan" else "sat", _F32)
+    flat = y.reshape(-1)
+    bits = flat.view(np.uint32)
+    index, const, finite = work
+    chunk = index.size
+    with np.errstate(invalid="ignore"):
+        for start in range(0, flat.size, chunk):
+            stop = min(flat.size, start + chunk)
+            yc, ic, cc = flat[start:stop], index[: stop - start], const[: stop - start]
+            np.right_shift(bits[start:stop], 23, out=ic, casting="unsafe")
+            np.take(table, ic, out=cc, mode="clip")
+            np.add(yc, cc, out=yc)
+            np.subtract(yc, cc, out=yc)
+            if overflow == "nan":
+                np.right_shift(bits[start:stop], 23, out=ic, casting="unsafe")
+                np.take(table, ic, out=cc, mode="clip")
+                np.subtract(cc, cc, out=cc)
+                np.subtract(yc, cc, out=yc)
+            elif overflow == "sat":
+                fc = finite[: stop - start]
+                np.isfinite(yc, out=fc)
+                np.clip(yc, -65504.0, 65504.0, out=yc, where=fc)
+
+
+def _round_stochastic(x: np.ndarray, info: FormatInfo, scale: int, overflow: str, rng: np.random.Generator) -> np.ndarray:
+    """Stochastic rounding of ``x`` (any float dtype) in float64: the value on the grid of each element's binade is
+    ``floor(|x| / ulp) * ulp`` or one ulp more, the latter with probability ``frac(|x| / ulp)`` (one uniform draw per
+    element, in C order, so a fixed Generator state reproduces the result)."""
+    flat = x.reshape(-1)
+    n = flat.size
+    out = np.empty(n, np.float32)
+    m = info.mantissa_bits
+    emin, emax = info.emin + scale, info.emax + scale
+    limit = info.max_value * 2.0**scale
+    for start in range(0, n, _CHUNK):
+        stop = min(n, start + _CHUNK)
+        xd = flat[start:stop].astype(np.float64)
+        a = np.abs(xd)
+        exponent = (a.view(np.uint64) >> np.uint64(52)).astype(np.int64) - 1023
+        ulp_exp = np.clip(exponent, emin, emax + 1) - m
+        t = np.ldexp(a, -ulp_exp)
+        lower = np.floor(t)
+        with np.errstate(invalid="ignore"):
+            frac = t - lower  # NaN for +-Inf: never rounds up, stays Inf
+        lower += rng.random(stop - start) < frac
+        y = np.ldexp(lower, ulp_exp)
+        over = (y > limit) & np.isfinite(a)
+        y[over] = limit if overflow == "sat" else np.nan
+        if not info.has_inf:
+            y[np.isinf(a)] = np.nan
+        np.copysign(y, xd, out=y)
+        if not info.has_inf:
+            y += 0.0  # no negative zero in FP8: -0.0 + 0.0 == +0.0
+        out[start:stop] = y
+    return out.reshape(x.shape)
+
+
+def quantize(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: str = "nearest", rng=None) -> np.ndarray:
+    """The float32 values the IPU holds after storing ``x`` in ``fmt``: ``decode(encode(x, ...), fmt, scale=scale)``.
+
+    ``x``: float16, float32 or float64 array (or scalar); other dtypes raise TypeError. float64 is rounded once,
+    directly. ``scale``: FP8 only, d = q * 2**scale. ``overflow``: ``"sat"`` (+-max) or ``"nan"``. ``rounding``:
+    ``"nearest"`` (ties to even) or ``"stochastic"`` with ``rng`` a numpy Generator. See the module docstring for
+    infinities, NaN and signed zero.
+    """
+    info = format_info(fmt)
+    scale = _check_scale(info, scale)
+    _check_choice("overflow", overflow, OVERFLOW_MODES)
+    _check_choice("rounding", rounding, ROUNDING_MODES)
+    _check_rng(rounding, rng)
+    arr = _as_float_array(x)
+    if rounding == "stochastic":
+        return _round_stochastic(arr, info, scale, overflow, rng)
+    if arr.dtype == np.float64:
+        work = np.asarray(arr, order="C")
+        rounded = np.empty_like(work)
+        _round_nearest_into(work, rounded, info, scale, overflow)
+        return rounded.astype(np.float32)
+    work = np.asarray(arr, dtype=np.float32, order="C")
+    out = np.empty(work.shape, np.float32)
+    _round_nearest_into(work, out, info, scale, overflow)
+    return out
+
+
+def round_inplace(y: np.ndarray, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: str = "nearest",
+                  rng=None) -> np.ndarray:
+    """Like :func:`quantize`, but rounds a C-contiguous float32 array in place (accumulators of the kernels)."""
+    info = format_info(fmt)
+    scale = _check_scale(info, scale)
+    if y.dtype != np.float32 or not y.flags.c_contiguous:
+        raise TypeError(f"round_inplace needs a C-contiguous float32 array, got {y.dtype} (contiguous: {y.flags.c_contiguous})")
+    if rounding == "stochastic":
+        y[...] = _round_stochastic(y, info, scale, overflow, _check_rng(rounding, rng))
+    else:
+        _round_nearest_into(y, y, info, scale, _check_choice("overflow", overflow, OVERFLOW_MODES))
+    return y
+
+
+def _codes_from_values(y: np.ndarray, info: FormatInfo, scale: int) -> np.ndarray:
+    """Codes of float32 values already on the (scaled) grid, from their bit patterns: multiplying by
+    2**(bias - 127) lines the float32 exponent field up with the format's (its subnormals become float32 subnormals,
+    exactly), so the code's magnitude is the float32 pattern shifted right by 23 - mantissa bits."""
+    shape, y = y.shape, y.reshape(-1)
+    m = info.mantissa_bits
+    magnitude = np.abs(y) * np.float32(2.0**-scale)
+    magnitude *= np.float32(2.0 ** (info.bias - 127))
+    codes = (magnitude.view(np.uint32) >> np.uint32(23 - m)).astype(info.code_dtype)
+    sign_bit = info.code_bits - 1
+    negative = np.signbit(y)
+    nan = np.isnan(y)
+    if info.has_inf:
+        codes[np.isinf(y)] = (1 << sign_bit) - (1 << m)  # exponent all ones, mantissa 0
+        codes[nan] = (1 << sign_bit) - (1 << (m - 1))  # quiet NaN
+        codes |= (negative.astype(info.code_dtype) << sign_bit).astype(info.code_dtype)
+    else:
+        codes |= ((negative & (codes != 0)).astype(info.code_dtype) << sign_bit).astype(info.code_dtype)
+        codes[nan] = 1 << sign_bit
+    return codes.reshape(shape)
+
+
+def encode(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: str = "nearest", rng=None) -> np.ndarray:
+    """Codes of ``x`` stored in ``fmt``: uint8 for FP8 (NaN is 0x80), uint16 for f16 (NaN is 0x7E00 with x's sign).
+    Arguments as :func:`quantize`."""
+    info = format_info(fmt)
+    y = quantize(x, fmt, scale=scale, overflow=overflow, rounding=rounding, rng=rng)
+    return _codes_from_values(y, info, int(scale))
+
+
+@functools.lru_cache(maxsize=None)
+def _decode_table(fmt: str, scale: int) -> np.ndarray:
+    """float32 value of every code, from the bit fields: subnormal ``f * 2**(emin - m)``, normal
+    ``(1 + f / 2**m) * 2**(e - bias)``, times ``2**scale``."""
+    info = _FORMATS[fmt]
+    m, sign_bit = info.mantissa_bits, info.code_bits - 1
+    codes = np.arange(1 << info.code_bits, dtype=np.int64)
+    exponent_field = (codes >> m) & ((1 << info.exponent_bits) - 1)
+    fraction = (codes & ((1 << m) - 1)).astype(np.float64)
+    magnitude = np.where(
+        exponent_field == 0,
+        np.ldexp(fraction, info.emin - m),
+        np.ldexp(1.0 + fraction / (1 << m), exponent_field - info.bias),
+    )
+    if info.has_inf:
+        top = exponent_field == (1 << info.exponent_bits) - 1
+        magnitude[top] = np.where(fraction[top] == 0, np.inf, np.nan)
+    values = np.where((codes >> sign_bit) & 1, -magnitude, magnitude) * 2.0**scale
+    if not info.has_inf:
+        values[1 << sign_bit] = np.nan
+    table = values.astype(np.float32)
+    table.flags.writeable = False
+    return table
+
+
+def decode(codes, fmt: str, *, scale: int = 0) -> np.ndarray:
+    """float32 values of ``codes`` (integer array; uint8 for FP8, uint16 for f16) in ``fmt``: d = q * 2**scale."""
+    info = format_info(fmt)
+    scale = _check_scale(info, scale)
+    arr = np.asarray(codes)
+    if arr.dtype.kind not in "ui":
+        raise TypeError(f"codes must be an integer array ({np.dtype(info.code_dtype).name} for {fmt}), got dtype {arr.dtype}")
+    if arr.dtype.itemsize * 8 > info.code_bits and arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if low < 0 or high >= 1 << info.code_bits:
+            raise ValueError(f"{fmt} codes must lie in [0, {(1 << info.code_bits) - 1}], got values in [{low}, {high}]")
+    return np.take(_decode_table(info.name, scale), arr.astype(np.intp, copy=False))

@@ -1,0 +1,218 @@
+"""IPU matrix-unit kernels: matmul and NCHW conv2d on operands already on an FP16 or FP8 grid, with the accumulator
+("partials") of the IPU's AMP unit emulated.
+
+* Products are exact: FP16 x FP16 and FP8 x FP8 products (scaled FP8 included) fit in FP32's 24-bit significand.
+* ``partials="float"``: the sum runs in FP32 (numpy's sgemm; any FP32 summation order is within the same error bound).
+* ``partials="half"``: K is cut into blocks of ``block``; each block's products are summed in FP32 and added in FP32 to
+  the running FP16 partial, which is rounded back to FP16 after every block (nearest or stochastic, saturating).
+  The hardware's block size and order are not public; this is a model (see ``DEFAULT_BLOCK``), compare with tolerances.
+* FP8 operands (``operand_format="f143"``/``"f152"``) force half partials and an FP16 result whatever ``partials`` and
+  ``out_format`` say, as poplibs does for quarter inputs.
+* The result is rounded to FP16 (``out_format="f16"``, the IPU's output type for half/quarter inputs) with
+  ``overflow="sat"`` (+-65504, the hardware default) or ``"nan"``; ``out_format=None`` returns the FP32 accumulator
+  (float partials and FP16 operands only).
+* The scale of FP8 operands is already in their values (d = q * 2**scale): products and sums are of the values d, i.e.
+  the scales are applied before accumulation (the order inside the AMP unit is not public).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from scipy.linalg.blas import sgemm as _sgemm
+from threadpoolctl import ThreadpoolController
+
+from conformance.numerics.formats import FORMAT_NAMES, OVERFLOW_MODES, ROUNDING_MODES, _check_choice, _check_rng
+from conformance.numerics.formats import _round_partials_f16, _work_buffers, format_info, round_inplace
+
+PARTIALS = ("float", "half")
+OUT_FORMATS = ("f16", None)
+
+# K elements summed in FP32 before the running partial is rounded to FP16. FP16: poplibs' AMP vertices consume
+# ``weightsPerConvUnit`` = 16 half inputs per pass and write the partials back in the partials type after each pass.
+# FP8: the same 64-bit loads carry 32 quarter inputs; assumed, not public.
+DEFAULT_BLOCK = {"f16": 16, "f143": 32, "f152": 32}
+
+# Output elements per tile of the half-partials loop: the FP32 accumulator and the block product (2 x 512 KiB) stay
+# in a core's L2 cache while all K blocks are summed into them.
+_TILE = 1 << 18
+_F16_MAX = 65504.0
+
+
+def _float_operand(v, what: str) -> np.ndarray:
+    arr = np.asarray(v)
+    if arr.dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(f"{what} must be a float16, float32 or float64 array on an FP16/FP8 grid, got dtype {arr.dtype}")
+    return arr.astype(np.float32, copy=False)
+
+
+def _settings(partials, operand_format, block, rounding, rng, out_format, overflow):
+    """Validate the kernel options; returns (partials, block, out_format) after the FP8 rule is applied."""
+    _check_choice("operand_format", operand_format, FORMAT_NAMES)
+    _check_choice("partials", partials, PARTIALS)
+    _check_choice("rounding", rounding, ROUNDING_MODES)
+    _check_choice("overflow", overflow, OVERFLOW_MODES)
+    if out_format not in OUT_FORMATS:
+        raise ValueError(f"out_format must be 'f16' or None (FP32 accumulator), got {out_format!r}")
+    _check_rng(rounding, rng)
+    if block is None:
+        block = DEFAULT_BLOCK[operand_format]
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ValueError(f"block must be a positive integer (K elements per FP32 block sum), got {block!r}")
+    if operand_format != "f16":
+        partials, out_format = "half", "f16"
+    elif partials == "half" and out_format is None:
+        raise ValueError("out_format=None (FP32 result) needs partials='float'; half partials are FP16 by definition")
+    return partials, int(block), out_format
+
+
+def _saturation_possible(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a partial sum can exceed the FP16 max: |sum| <= K * max|a| * max|b| bounds every partial."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = float(np.max(np.abs(a), initial=0.0)) * float(np.max(np.abs(b), initial=0.0)) * a.shape[-1]
+    return not bound < _F16_MAX
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_threads() -> ThreadpoolController:
+    return ThreadpoolController()
+
+
+def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, overflow: str) -> np.ndarray:
+    """(B, M, K) @ (B, K, N) with FP16 partials: for every block of K, acc = round_f16(acc + FP32 block sum).
+
+    Large products run per batch element over row tiles whose accumulator stays in cache, adding each block's sum
+    straight into it with sgemm (beta=1: ``acc + sum`` in FP32, the block sum accumulated in registers); small ones
+    run stacked over tiles of batch elements. BLAS runs single-threaded here: these are many small, memory-bound calls,
+    for which thread hand-offs cost more than they give (and stall badly when the cores are shared). The sign of a zero
+    partial is not tracked (it only decides the sign of an all-zero result), and saturation is skipped when no partial
+    can reach the FP16 max."""
+    nbatch, m, k = a.shape
+    n = b.shape[2]
+    out = np.zeros((nbatch, m, n), np.float32)
+    mode = overflow if (overflow == "nan" or _saturation_possible(a, b)) else "unbounded"
+    work = _work_buffers(_TILE)
+
+    def round_partials(acc: np.ndarray) -> None:
+        if rounding == "stochastic":
+            round_inplace(acc, "f16", overflow=overflow, rounding=rounding, rng=rng)
+        else:
+            _round_partials_f16(acc, mode, work)
+
+    with _blas_threads().limit(limits=1, user_api="blas"):
+        if m * n >= _TILE // 2:
+            rows = max(1, _TILE // n)
+            for bi in range(nbatch):
+                for r0 in range(0, m, rows):
+                    acc = out[bi, r0:r0 + rows]  # C-contiguous full rows: acc.T is the F-ordered C sgemm updates
+                    for k0 in range(0, k, block):
+                        _sgemm(1.0, b[bi, k0:k0 + block].T, a[bi, r0:r0 + rows, k0:k0 + block].T, beta=1.0,
+                               c=acc.T, overwrite_c=True)
+                        round_partials(acc)
+        else:
+            batches = max(1, _TILE // (m * n))
+            prod_buf = np.empty(batches * m * n, np.float32)
+            for b0 in range(0, nbatch, batches):
+                acc = out[b0:b0 + batches]
+                prod = prod_buf[: acc.size].reshape(acc.shape)
+                for k0 in range(0, k, block):
+                    np.matmul(a[b0:b0 + batches, :, k0:k0 + block], b[b0:b0 + batches, k0:k0 + block], out=prod)
+                    np.add(acc, prod, out=acc)
+                    round_partials(acc)
+    return out
+
+
+def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block: int | None = None,
+           rounding: str = "nearest", rng=None, out_format: str | None = "f16", overflow: str = "sat") -> np.ndarray:
+    """``a @ b`` as the IPU computes it, float32 result. ``a`` (..., M, K), ``b`` (..., K, N), batch axes broadcast.
+
+    ``operand_format``: the grid the operands are on (``"f16"``, ``"f143"``, ``"f152"``; FP8 forces half partials and
+    an FP16 result). ``partials``: ``"float"`` or ``"half"``. ``block``: K elements per FP32 block sum for half partials
+    (default ``DEFAULT_BLOCK[operand_format]``). ``rounding``: ``"nearest"`` or ``"stochastic"`` (with ``rng``, a numpy
+    Generator) for every rounding to FP16. ``out_format``: ``"f16"`` or None (FP32 accumulator, float partials only).
+    ``overflow``: ``"sat"`` or ``"nan"`` for FP16 roundings.
+    """
+    partials, block, out_format = _settings(partials, operand_format, block, rounding, rng, out_format, overflow)
+    a = _float_operand(a, "matmul operand a")
+    b = _float_operand(b, "matmul operand b")
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"matmul needs a (..., M, K) and b (..., K, N) with at least 2 axes each, got a {a.shape}, b {b.shape}")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(
+            f"matmul: a {a.shape} and b {b.shape} have different inner dimensions ({a.shape[-1]} vs {b.shape[-2]});"
+            " expected a (..., M, K) and b (..., K, N)"
+        )
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: batch axes of a {a.shape} and b {b.shape} do not broadcast") from None
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if partials == "float":
+        y = np.matmul(a, b)
+        if out_format == "f16":
+            round_inplace(y, "f16", overflow=overflow, rounding=rounding, rng=rng)
+        return y
+    nbatch = int(np.prod(batch, dtype=np.int64))
+    a3 = np.broadcast_to(a, batch + (m, k)).reshape(nbatch, m, k)
+    b3 = np.broadcast_to(b, batch + (k, n)).reshape(nbatch, k, n)
+    return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
+
+
+def _pair(v, what: str, minimum: int) -> tuple[int, int]:
+    pair = (v, v) if np.isscalar(v) else tuple(v)
+    if len(pair) != 2 or not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) and p >= minimum
+                                 for p in pair):
+        raise ValueError(f"conv2d: {what} must be an integer >= {minimum} or a pair of them, got {v!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _im2col(x: np.ndarray, kh: int, kw: int, stride, padding, dilation, groups: int):
+    """Columns (G, N*Ho*Wo, kh*kw*Cg): the K axis runs over kernel taps, input channels fastest, as the AMP unit
+    consumes a tap's channel group per pass."""
+    n, c, _, _ = x.shape
+    cg = c // groups
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    ho = (x.shape[2] - eh) // sh + 1
+    wo = (x.shape[3] - ew) // sw + 1
+    win = sliding_window_view(x, (eh, ew), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :ho, :wo]
+    # (N, C, Ho, Wo, kh, kw) -> (G, N, Ho, Wo, kh, kw, Cg)
+    cols = win.reshape(n, groups, cg, ho, wo, kh, kw).transpose(1, 0, 3, 4, 5, 6, 2)
+    return cols.reshape(groups, n * ho * wo, kh * kw * cg), ho, wo
+
+
+def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: str = "float",
+           operand_format: str = "f16", block: int | None = None, rounding: str = "nearest", rng=None,
+           out_format: str | None = "f16", overflow: str = "sat") -> np.ndarray:
+    """NCHW convolution as the IPU computes it (no bias), float32 result (N, O, Ho, Wo). ``x`` (N, C, H, W), ``w``
+    (O, C / groups, kh, kw); ``stride``, ``padding`` (zeros, both sides), ``dilation``: an int or a pair.
+    The reduction over (kh, kw, C / groups) is an im2col matmul; the other options are those of :func:`matmul`."""
+    partials, block, out_format = _settings(partials, operand_format, block, rounding, rng, out_format, overflow)
+    x = _float_operand(x, "conv2d input x")
+    w = _float_operand(w, "conv2d weight w")
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"conv2d needs x (N, C, H, W) and w (O, C/groups, kh, kw), got x {x.shape}, w {w.shape}")
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ValueError(f"conv2d: groups must be a positive integer, got {groups!r}")
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    if c != cg * groups or o % groups:
+        raise ValueError(
+            f"conv2d: x has {c} channels and w {w.shape} with groups={groups}; expected C == w.shape[1] * groups"
+            f" (= {cg * groups}) and O (= {o}) divisible by groups"
+        )
+    stride, padding, dilation = _pair(stride, "stride", 1), _pair(padding, "padding", 0), _pair(dilation, "dilation", 1)
+    for axis, size, k in ((0, h, kh), (1, wd, kw)):
+        if size + 2 * padding[axis] < dilation[axis] * (k - 1) + 1:
+            raise ValueError(f"conv2d: kernel {kh}x{kw} (dilation {dilation}) is larger than the padded input {h}x{wd}")
+    cols, ho, wo = _im2col(x, kh, kw, stride, padding, dilation, groups)
+    og = o // groups
+    wmat = w.reshape(groups, og, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * cg, og)
+    y = matmul(cols, wmat, partials=partials, operand_format=operand_format, block=block, rounding=rounding, rng=rng,
+               out_format=out_format, overflow=overflow)  # (G, N*Ho*Wo, O/G)
+    y = y.reshape(groups, n, ho, wo, og).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
+    return np.ascontiguousarray(y)

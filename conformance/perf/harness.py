@@ -1,0 +1,216 @@
+"""MLPerf LoadGen runs: settings per scenario, the run itself, and its result read back from LoadGen's own logs.
+
+:func:`run_scenario` runs one scenario of LoadGen (``mlperf_loadgen``) against a :class:`~conformance.perf.sut.Device`
+behind a :class:`~conformance.perf.sut.BatchingSUT` and keeps LoadGen's ``mlperf_log_summary.txt`` and
+``mlperf_log_detail.txt`` in ``log_dir``. The result (:class:`ScenarioResult`) is parsed from the detail log's
+``:::MLLOG`` records: validity, each of LoadGen's checks, the scenario's metric, and why a run is INVALID.
+Runs shorter than MLPerf's 600 s are marked as not of compliant length.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from conformance.perf.sut import BatchingSUT, Device
+
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+COMPLIANT_MIN_DURATION_MS = 600_000  # MLPerf inference rules: every performance run lasts at least 600 s
+MULTISTREAM_SAMPLES_PER_QUERY = 8
+# The metric each scenario reports (MLPerf): the key of LoadGen's detail log, its units and the direction of "better".
+METRICS = {
+    "SingleStream": ("p90_latency_ms", "result_90.00_percentile_latency_ns", "ms", "<="),
+    "MultiStream": ("p99_latency_ms", "result_99.00_percentile_latency_ns", "ms", "<="),
+    "Server": ("completed_samples_per_second", "result_completed_samples_per_sec", "samples/s", ">="),
+    "Offline": ("samples_per_second", "result_samples_per_second", "samples/s", ">="),
+}
+
+
+@dataclass
+class ScenarioSettings:
+    """What one LoadGen run is asked to do. Times in seconds unless the name says otherwise."""
+
+    scenario: str
+    min_duration_ms: int = 10_000
+    min_query_count: int = 1
+    max_duration_ms: int = 0  # 0: no cap
+    performance_sample_count: int = 8
+    expected_latency_s: float = 1e-3  # SingleStream/MultiStream: LoadGen's estimate before the run
+    target_qps: float = 100.0  # Server: Poisson arrival rate; Offline: expected throughput (sizes the one query)
+    server_latency_ms: float = 10.0  # Server: the p99 latency bound
+    samples_per_query: int = MULTISTREAM_SAMPLES_PER_QUERY
+
+    def __post_init__(self):
+        if self.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {self.scenario!r}; expected one of: {', '.join(SCENARIOS)}")
+
+    def loadgen_settings(self):
+        import mlperf_loadgen as lg
+
+        s = lg.TestSettings()
+        s.scenario = getattr(lg.TestScenario, self.scenario)
+        s.mode = lg.TestMode.PerformanceOnly
+        s.min_duration_ms = int(self.min_duration_ms)
+        s.max_duration_ms = int(self.max_duration_ms)
+        s.min_query_count = int(self.min_query_count)
+        s.performance_sample_count_override = int(self.performance_sample_count)
+        expected_ns = max(int(self.expected_latency_s * 1e9), 1000)
+        s.single_stream_expected_latency_ns = expected_ns
+        s.multi_stream_expected_latency_ns = expected_ns
+        s.multi_stream_samples_per_query = int(self.samples_per_query)
+        s.server_target_qps = float(self.target_qps)
+        s.server_target_latency_ns = int(self.server_latency_ms * 1e6)
+        s.server_coalesce_queries = True  # one issue call for queries that are due together: less Python per query
+        s.offline_expected_qps = float(self.target_qps)
+        return s
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    valid: bool  # LoadGen's verdict ("Result is : VALID")
+    metric: str
+    value: float | None
+    units: str
+    checks: dict  # LoadGen's individual checks: min_duration, min_queries, early_stopping, perf_constraints
+    invalid_reason: str  # why LoadGen says INVALID (empty when VALID)
+    compliant_length: bool  # min duration at least MLPerf's 600 s
+    log_dir: str
+    query_count: int = 0
+    sut_errors: list = field(default_factory=list)
+    issued: int = 0
+    completed: int = 0
+    wall_s: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    @property
+    def length_only_invalid(self) -> bool:
+        """INVALID only because the run was too short (duration, query count, or too few queries for early
+        stopping), not because a latency or throughput constraint was missed."""
+        if self.valid:
+            return False
+        return self.checks.get("perf_constraints", True) is not False and self.value is not None
+
+    def describe(self) -> str:
+        value = "n/a" if self.value is None else f"{self.value:.6g} {self.units}"
+        verdict = "VALID" if self.valid else f"INVALID ({self.invalid_reason})"
+        length = "" if self.compliant_length else ", not of compliant length (MLPerf requires 600 s)"
+        return f"{self.scenario}: {self.metric} {value}; LoadGen {verdict}{length}; logs in {self.log_dir}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def read_detail_log(path: Path) -> dict:
+    """The ``:::MLLOG`` records of a LoadGen detail log as key -> value (the last value of a repeated key)."""
+    records = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        if line.startswith(":::MLLOG"):
+            try:
+                entry = json.loads(line[len(":::MLLOG"):])
+            except json.JSONDecodeError:
+                continue
+            records[entry.get("key")] = entry.get("value")
+    return records
+
+
+def _recommendations(summary: str) -> list[str]:
+    """The lines LoadGen prints under "Recommendations:" in the summary."""
+    lines = summary.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.strip() == "Recommendations:":
+            for follow in lines[i + 1:]:
+                if not follow.strip().startswith("*"):
+                    break
+                out.append(follow.strip().lstrip("* ").strip())
+    return out
+
+
+def parse_result(scenario: str, log_dir: Path, min_duration_ms: int) -> ScenarioResult:
+    log_dir = Path(log_dir)
+    detail_path = log_dir / "mlperf_log_detail.txt"
+    summary_path = log_dir / "mlperf_log_summary.txt"
+    if not detail_path.is_file() or not summary_path.is_file():
+        raise RuntimeError(f"LoadGen wrote no logs in {log_dir} (expected mlperf_log_summary.txt and mlperf_log_detail.txt)")
+    records = read_detail_log(detail_path)
+    summary = summary_path.read_text(errors="replace")
+    metric, key, units, _ = METRICS[scenario]
+    raw = records.get(key)
+    value = None if raw is None else float(raw) / (1e6 if key.endswith("_ns") else 1.0)
+    checks = {
+        "min_duration": records.get("result_min_duration_met"),
+        "min_queries": records.get("result_min_queries_met"),
+        "early_stopping": records.get("early_stopping_met"),
+    }
+    if "result_perf_constraints_met" in records:
+        checks["perf_constraints"] = records["result_perf_constraints_met"]
+    valid = records.get("result_validity") == "VALID"
+    reasons = []
+    if not valid:
+        names = {"min_duration": "min duration not met", "min_queries": "min queries not met",
+                 "early_stopping": "early stopping not met", "perf_constraints": "latency constraint not met"}
+        reasons = [names[k] for k, ok in checks.items() if ok is False]
+        if records.get("result_invalid_reason"):
+            reasons.append(str(records["result_invalid_reason"]))
+        reasons += _recommendations(summary)
+        if checks.get("early_stopping") is False and records.get("early_stopping_result"):
+            reasons.append(re.sub(r"\s+", " ", str(records["early_stopping_result"])).strip())
+    details = {k: records[k] for k in records if k.startswith(("result_", "early_stopping", "effective_target", "effective_min",
+                                                                 "effective_samples_per_query", "generated_"))}
+    return ScenarioResult(
+        scenario=scenario, valid=valid, metric=metric, value=value, units=units, checks=checks,
+        invalid_reason="; ".join(dict.fromkeys(reasons)) or ("" if valid else "INVALID (no reason logged)"),
+        compliant_length=min_duration_ms >= COMPLIANT_MIN_DURATION_MS, log_dir=str(log_dir),
+        query_count=int(records.get("result_query_count") or 0), details=details,
+    )
+
+
+def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | None = None, *, max_batch: int = 1,
+                 batch_timeout_s: float = 0.0, total_sample_count: int | None = None, name: str = "sut") -> ScenarioResult:
+    """One LoadGen run of ``settings.scenario`` against ``device``; LoadGen's logs go to ``log_dir`` (a new temporary
+    directory when None). The SUT's errors are returned in ``sut_errors``; every issued query is completed."""
+    import mlperf_loadgen as lg
+
+    if log_dir is None:
+        log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{settings.scenario}-"))
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if settings.scenario in ("SingleStream",):
+        max_batch = 1
+    total = int(total_sample_count or settings.performance_sample_count)
+    load_errors: list[str] = []
+
+    def guarded(method):  # an exception must not cross into LoadGen's C++ thread
+        def call(indices):
+            try:
+                method(list(indices))
+            except BaseException as exc:
+                load_errors.append(f"QSL {method.__name__}: {type(exc).__name__}: {exc}")
+        return call
+
+    qsl = lg.ConstructQSL(total, int(settings.performance_sample_count), guarded(device.load), guarded(device.unload))
+    sut = BatchingSUT(device, max_batch=max_batch, batch_timeout_s=batch_timeout_s if settings.scenario == "Server" else 0.0,
+                      name=name)
+    output = lg.LogOutputSettings()
+    output.outdir = str(log_dir)
+    output.copy_summary_to_stdout = False
+    log_settings = lg.LogSettings()
+    log_settings.log_output = output
+    log_settings.enable_trace = False
+    start = time.perf_counter()
+    try:
+        lg.StartTestWithLogSettings(sut.sut, qsl, settings.loadgen_settings(), log_settings)
+    finally:
+        wall = time.perf_counter() - start
+        sut.close()
+        lg.DestroyQSL(qsl)
+    result = parse_result(settings.scenario, log_dir, settings.min_duration_ms)
+    result.sut_errors = load_errors + list(sut.errors)
+    result.issued, result.completed, result.wall_s = sut.issued, sut.completed, wall
+    result.details["batches"] = sut.batches
+    return result

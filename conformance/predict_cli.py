@@ -1,0 +1,70 @@
+"""Predict the time per batch and the throughput of a model on an IPU from its op trace (``ipu-conformance predict``).
+
+Example: BERT-large at sequence length 128 in FP8 is ``ipu-conformance predict bert-base --batch-size 32 --precision fp8
+--set num_hidden_layers=24 hidden_size=1024 num_attention_heads=16 intermediate_size=4096 seq_len=128 --no-packing``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--set expects key=value (a field of the model's config), got {text!r}")
+    return key.strip(), value.strip()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from conformance.perf.devices import DEFAULT_DEVICE, DEVICE_NAMES
+
+    parser.add_argument("model", help="model name (albert, bert-base, conformer, resnet50, roformer, widedeep, or an alias)")
+    parser.add_argument("--batch-size", type=int, required=True, help="samples per device batch (packs, for packed models)")
+    parser.add_argument("--precision", required=True, help="fp16, fp16-half-partials, fp8, fp8-weights or fp32")
+    parser.add_argument("--device", default=DEFAULT_DEVICE, type=str.lower,
+                        help=f"IPU: {', '.join(DEVICE_NAMES)} (default: %(default)s)")
+    parser.add_argument("--set", dest="overrides", nargs="+", type=_key_value, action="extend", default=[], metavar="KEY=VALUE",
+                        help="override fields of the model's config (see the README for each model's fields)")
+    parser.add_argument("--io-tiles", type=int, default=None, help="tiles reserved for overlapped host I/O (default: the seed benchmark's)")
+    parser.add_argument("--batches-per-step", type=int, default=None, help="device iterations per host step (default: the seed benchmark's)")
+    packing = parser.add_mutually_exclusive_group()
+    packing.add_argument("--packing", dest="packed", action="store_true", default=None, help="pack sequences (BERT-like models)")
+    packing.add_argument("--no-packing", dest="packed", action="store_false", help="one padded sequence per row")
+    parser.add_argument("--clients", type=int, default=None, help="also show the seed benchmark's closed loop with this many clients")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args) -> int:
+    from conformance.perf.predict import predict
+    from conformance.perf.timing import default_execution
+    from models import canonical_name
+
+    name = canonical_name(args.model)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    overrides = dict(args.overrides)
+    execution = default_execution(name, io_tiles=args.io_tiles, batches_per_step=args.batches_per_step, packed=args.packed,
+                                  clients=args.clients)
+    prediction = predict(name, args.batch_size, args.precision, args.device, overrides=overrides, execution=execution)
+    closed = prediction.closed_loop(execution.clients)
+    if args.json:
+        out = prediction.to_json()
+        out["closed_loop"] = {"clients": execution.clients, **closed}
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 0
+    data = prediction.to_json()
+    b = data["breakdown_ms"]
+    unit = " packs" if data["packed"] else ""
+    print(f"{name} {args.precision} on {data['device']}, batch {args.batch_size}{unit}"
+          + (f", config {overrides}" if overrides else ""))
+    if data["packed"]:
+        print(f"  packing: {data['sequences_per_pack']:.3f} sequences per pack -> {data['samples_per_batch']:.1f} sequences per batch")
+    print(f"  device time per batch: {data['device_ms_per_batch']:.4f} ms (latency of a lone batch {data['latency_ms']:.4f} ms)")
+    print(f"  throughput: {data['samples_per_second']:,.1f} samples/s ({data['achieved_tflops']:.1f} TFLOP/s achieved)")
+    print(f"  breakdown: compute {b['compute']:.4f} ms, exchange {b['exchange']:.4f} ms, sync {b['sync']:.4f} ms, host {b['host']:.4f} ms")
+    print(f"  execution: {data['io_tiles']} I/O tiles, {data['batches_per_step']} batches per step")
+    print(f"  closed loop with {execution.clients} clients: {closed['qps']:,.1f} QPS, mean latency {closed['avg_latency_ms']:.3f} ms")
+    print("  " + prediction.memory.message("SRAM"))
+    return 0

@@ -1,0 +1,173 @@
+"""What the plugin's hooks do for the results record, the compliance table, known failures, shards and baselines.
+
+``conformance/plugin.py`` registers a :class:`ReportSession` as a plugin object (its methods are the hooks) and keeps it in
+``config.stash``. Under pytest-xdist the
+workers collect (xfail marks, shard selection) and run tests; only the controller (or a serial run) gathers the
+reports, compares with the baseline and writes the report.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conformance.report import baseline as baseline_mod
+from conformance.report import plots, render, xfails
+from conformance.report import record as results_record
+from conformance.report.collect import XFAIL_KEY, Collector
+from conformance.report.shard import Shard, split
+
+STALE_KEY = "conformance_stale_xfails"
+SUITE_DIR = Path(__file__).resolve().parent.parent
+
+
+class StaleXfailWarning(pytest.PytestWarning):
+    """An entry of the xfail file matches no test of the run: the test was renamed or removed."""
+
+
+def check_report_dir(path) -> None:
+    """Create ``path`` and prove it is writable, before any model runs; a UsageError otherwise."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check.", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise pytest.UsageError(f"--report-dir {path}: cannot write there ({exc.strerror or exc})") from None
+
+
+def collected_whole_suite(items) -> bool:
+    """Whether the collection holds every test module of the conformance suite (``conformance/test_*.py``)."""
+    suite = {p.resolve() for p in SUITE_DIR.glob("test_*.py")}
+    collected = {Path(str(item.path)).resolve() for item in items if getattr(item, "path", None) is not None}
+    return bool(suite) and suite <= collected
+
+
+class ReportSession:
+    def __init__(self, config, settings, *, shard: Shard | None, xfail_path: Path, baseline_path: Path | None):
+        self.config = config
+        self.settings = settings
+        self.shard = shard
+        self.xfail_path = xfail_path
+        self.baseline_path = baseline_path
+        self.is_worker = hasattr(config, "workerinput")
+        self.collector = Collector()
+        self.stale: list[dict] = []
+        self.baseline = None
+        self.tolerances = None
+        self.results = None
+        try:
+            self.xfail_entries = xfails.load(xfail_path)
+        except ValueError as exc:
+            raise pytest.UsageError(f"xfail file: {exc}") from None
+        if settings.report_dir is not None:
+            check_report_dir(settings.report_dir)
+        if baseline_path is not None and not self.is_worker:
+            try:
+                self.tolerances = baseline_mod.load_tolerances()
+                self.baseline = baseline_mod.load_baseline(baseline_path, hardware=settings.hardware,
+                                                           profile=settings.profile)
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+
+    @classmethod
+    def from_config(cls, config, settings) -> "ReportSession":
+        xfail_path = config.getoption("xfail_file") or xfails.xfail_file(settings.hardware)
+        return cls(config, settings, shard=config.getoption("shard"), xfail_path=Path(xfail_path),
+                   baseline_path=config.getoption("baseline"))
+
+    # ----- collection: known failures, then the shard -------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list) -> None:
+        """First of all modifyitems hooks, so that staleness is judged on the whole collection (before -k, -m)."""
+        from models import MODEL_NAMES
+
+        node_ids = [item.nodeid for item in items]
+        matched = xfails.match(node_ids, self.xfail_entries)
+        strict = xfails.is_strict(self.settings.profile)
+        for item in items:
+            entry = matched.get(item.nodeid)
+            if entry is None:
+                continue
+            reason = f"{entry.bucket} ({entry.source}): {entry.reason}"
+            if entry.bucket == "unsupported":
+                item.add_marker(pytest.mark.skip(reason=reason))
+            else:
+                item.add_marker(pytest.mark.xfail(reason=reason, strict=strict))
+            item.user_properties.append((XFAIL_KEY, entry.to_dict()))
+        functions = [(item.nodeid, getattr(item, "originalname", item.name)) for item in items]
+        stale = xfails.stale(self.xfail_entries, functions, matched, self.settings.models, MODEL_NAMES,
+                             whole_suite=collected_whole_suite(items))
+        self.stale = [e.to_dict() for e in stale]
+        for entry in stale:
+            warnings.warn(StaleXfailWarning(f"xfail entry {entry.test_id!r} ({entry.source}) matches no test; "
+                                            f"remove it or fix its name"))
+        if self.is_worker:
+            self.config.workeroutput[STALE_KEY] = self.stale
+        if self.shard is not None:
+            selected, deselected = split(items, self.shard)
+            items[:] = selected
+            if deselected:
+                self.config.hook.pytest_deselected(items=deselected)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        """xdist controller: the stale xfail entries a worker found (all workers collect the same tests)."""
+        output = getattr(node, "workeroutput", None) or {}
+        if output.get(STALE_KEY) and not self.stale:
+            self.stale = list(output[STALE_KEY])
+
+    # ----- reports ------------------------------------------------------------------------------------------------
+    def pytest_runtest_logreport(self, report) -> None:
+        self.collector.add(report)
+
+    def pytest_sessionfinish(self, session, exitstatus) -> None:
+        if self.is_worker:
+            return
+        tests, records = self.collector.tests(), self.collector.records()
+        regressions = []
+        if self.baseline is not None:
+            regressions = [r.to_dict() for r in baseline_mod.compare(records, self.baseline["records"], self.tolerances,
+                                                                     self.settings.hardware)]
+            if regressions and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        report_dir = self.settings.report_dir
+        if report_dir is None and not records and not regressions and not self.stale:
+            return
+        from conformance.hardware import get_backend
+
+        plot_info = plots.write_plots(report_dir, records) if report_dir is not None else None
+        self.results = results_record.build(
+            settings=self.settings, backend=get_backend(self.settings.hardware), profile=self.settings.profile_data,
+            tests=tests, records=records, exit_status=int(session.exitstatus),
+            interrupted=int(exitstatus) == int(pytest.ExitCode.INTERRUPTED), shard=self.shard,
+            xfail_file=self.xfail_path, baseline=self.baseline_path, stale_xfails=self.stale, regressions=regressions,
+            plots=plot_info,
+        )
+        if report_dir is not None:
+            write_report(report_dir, self.results)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.results is None:
+            return
+        terminalreporter.section("conformance")
+        for line in render.terminal(self.results).rstrip("\n").splitlines():
+            terminalreporter.write_line(line)
+        if self.settings.report_dir is not None:
+            terminalreporter.write_line(f"report: {self.settings.report_dir}/ (results.json, "
+                                        f"{', '.join(render.REPORT_FILES)}, plots: {self.results['plots']['status']})")
+
+
+def write_report(report_dir, results: dict) -> None:
+    """The rendered files, then results.json last; every file is replaced atomically."""
+    from conformance.fileio import write_text_atomic
+
+    report_dir = Path(report_dir)
+    for name, renderer in render.REPORT_FILES.items():
+        write_text_atomic(report_dir / name, renderer(results))
+    results_record.write(report_dir / results_record.RESULTS_FILE, results)

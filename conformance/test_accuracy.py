@@ -1,0 +1,177 @@
+"""Accuracy gates: each model at each precision of the hardware against the FP32 reference outputs.
+
+The matrix comes from ``conformance/targets/accuracy.toml`` (the tables of ``--hardware``, filtered by ``--model`` and
+``--precision``); ids are ``<model>-<precision>``, e.g. ``test_accuracy[bert-base-fp8]``. A failing gate (or
+``--diagnose``) adds the error layer by layer on the worst samples.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+import pytest
+
+from conformance import reference, targets
+from conformance.accuracy import UNITS, compute_metrics, evaluate, worst_samples
+from conformance.diagnosis import diagnose
+from conformance.fileio import write_bytes_atomic
+from conformance.hardware import UnsupportedCombination
+from conformance.hardware.ops import Ops
+from conformance.plugin import SETTINGS_KEY, progress_line
+
+# Samples the layer-by-layer diagnosis runs (the ones with the lowest SNR).
+DIAGNOSE_SAMPLES = 2
+
+
+def pytest_generate_tests(metafunc):
+    if "accuracy_case" in metafunc.fixturenames:
+        settings = metafunc.config.stash[SETTINGS_KEY]
+        cases = targets.matrix(settings.hardware, settings.models, settings.extra.get("precisions"))
+        assert cases, (
+            f"no accuracy targets for hardware {settings.hardware!r}, models {list(settings.models)}, precisions "
+            f"{list(settings.extra.get('precisions') or [])} in {targets.ACCURACY_FILE}"
+        )
+        metafunc.parametrize("accuracy_case", cases, ids=[f"{m}-{p}" for m, p in cases])
+
+
+class AccuracyRuns:
+    """The session's FP32 references and hardware runs, each computed once (an fp8 test reuses the fp16 run)."""
+
+    def __init__(self, settings, backend, model_store, config):
+        self.settings = settings
+        self.backend = backend
+        self.model_store = model_store
+        self.config = config
+        self._references: dict[str, tuple[dict, dict]] = {}
+        self._runs: dict[tuple[str, str], dict] = {}
+
+    def count(self, name: str) -> int:
+        return self.settings.profile_data.samples[name]
+
+    def batch_size(self, name: str) -> int:
+        return self.settings.profile_data.batch_size[name]
+
+    def reference(self, name: str) -> tuple[dict, dict]:
+        """(inputs, FP32 outputs) of the first ``count`` evaluation samples: stored outputs, and FP32 computed
+        here for samples beyond the stored ones."""
+        if name not in self._references:
+            model = self.model_store.get(name)
+            count = self.count(name)
+            stored = reference.load(name, model=model)
+            have = len(next(iter(stored.values())))
+            if count <= have:
+                inputs = reference.evaluation_inputs(model, count)
+                outputs = {k: v[:count] for k, v in stored.items()}
+            else:
+                inputs = model.sample_inputs(count, seed=reference.EVAL_SEED)
+                head = {k: v[:have] for k, v in inputs.items()}
+                if reference.sha256_arrays(head) == reference.sha256_arrays(reference.evaluation_inputs(model)):
+                    rest = reference.run_batched(model, {k: v[have:] for k, v in inputs.items()}, self.batch_size(name))
+                    outputs = {k: np.concatenate([stored[k], rest[k]]) for k in stored}
+                else:  # the generator's first samples depend on the batch size: compute everything
+                    outputs = reference.run_batched(model, inputs, self.batch_size(name))
+            self._references[name] = (inputs, outputs)
+        return self._references[name]
+
+    def hardware(self, name: str, precision: str) -> dict:
+        """The hardware's outputs at ``precision`` with the ops options that reproduce them (FP8 plan) and timing."""
+        key = (name, precision)
+        if key not in self._runs:
+            model = self.model_store.get(name)
+            inputs, _ = self.reference(name)
+            start = time.perf_counter()
+            options = {}
+            if hasattr(self.backend, "fp8_plan") and self.backend.policy(precision).uses_fp8:
+                options["fp8_plan"] = self.backend.fp8_plan(model, precision, batch_size=self.batch_size(name))
+            calibrated = time.perf_counter()
+            ops = self.backend.make_ops(model, precision, **options)
+            with np.errstate(all="ignore"):
+                outputs = reference.run_batched(model, inputs, self.batch_size(name), ops)
+            self._runs[key] = {
+                "outputs": outputs,
+                "options": options,
+                "scales": getattr(ops, "scales_used", {}),
+                "calibration_s": calibrated - start,
+                "run_s": time.perf_counter() - calibrated,
+            }
+        return self._runs[key]
+
+
+@pytest.fixture(scope="session")
+def accuracy_runs(settings, backend, model_store, pytestconfig):
+    return AccuracyRuns(settings, backend, model_store, pytestconfig)
+
+
+def _write_artifacts(settings, name: str, precision: str, ref: dict, hw: dict) -> None:
+    """``<report_dir>/artifacts/<model>-<precision>.npz``: reference__<output> and hardware__<output> arrays."""
+    arrays = {f"reference__{k}": v for k, v in ref.items()}
+    arrays.update({f"hardware__{k}": v for k, v in hw.items()})
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    write_bytes_atomic(settings.report_dir / "artifacts" / f"{name}-{precision}.npz", buffer.getvalue())
+
+
+def _reproduce(settings, name: str, precision: str) -> str:
+    return (f"pytest conformance/test_accuracy.py --hardware {settings.hardware} --profile {settings.profile} "
+            f"--model {name} --precision {precision} --diagnose")
+
+
+def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check, pytestconfig):
+    name, precision = accuracy_case
+    try:
+        backend.supports(name, precision)
+    except UnsupportedCombination as exc:
+        pytest.skip(str(exc))
+    gates = targets.gates_for(settings.hardware, name, precision)
+    count = accuracy_runs.count(name)
+    progress_line(pytestconfig, f"accuracy {name} {precision}: {count} samples, batch {accuracy_runs.batch_size(name)}")
+    inputs, ref = accuracy_runs.reference(name)
+    run = accuracy_runs.hardware(name, precision)
+    hw = run["outputs"]
+
+    metric_sets = {"fp32": compute_metrics(name, ref, ref, inputs)}
+    for other in sorted(targets.reference_precisions(gates)):
+        metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs)
+    current = compute_metrics(name, ref, hw, inputs)
+    evaluations = evaluate(gates, current, metric_sets)
+    failed = [e for e in evaluations if e.gate.gating and not e.passed]
+
+    if settings.report_dir is not None:
+        _write_artifacts(settings, name, precision, ref, hw)
+
+    common = {"samples": count, "calibration_s": round(run["calibration_s"], 3), "run_s": round(run["run_s"], 3),
+              "tensor_metrics": current.tensor}
+    plan = run["options"].get("fp8_plan")
+    if plan is not None:
+        common["fp8_scales"] = run["scales"]
+        common["fp8_calibration"] = {**plan.calibration, "input_format": plan.settings.input_format,
+                                     "weight_format": plan.settings.weight_format, "skip": list(plan.settings.skip)}
+    diagnosis_text = ""
+    if failed or settings.extra.get("diagnose"):
+        model = accuracy_runs.model_store.get(name)
+        samples = worst_samples(name, ref, hw, min(DIAGNOSE_SAMPLES, count))
+        diag = diagnose(model, inputs, lambda rec: Ops(recorder=rec),
+                        lambda rec: backend.make_ops(model, precision, recorder=rec, **run["options"]), samples)
+        common.update(diag.details())
+        diagnosis_text = diag.summary()
+
+    for e in evaluations:
+        record_check(kind="accuracy", model=name, precision=precision, check=e.gate.check, value=e.value,
+                     target=e.target if e.target is not None else float("nan"), op=e.gate.op,
+                     units=UNITS.get(e.gate.metric, ""), gating=e.gate.gating, passed=e.passed,
+                     details={**e.details, **common, **({"reason": e.reason} if e.reason else {})})
+
+    summary = ", ".join(f"{e.gate.check}={'n/a' if e.value is None else f'{e.value:.4g}'}" for e in evaluations if e.gate.gating)
+    progress_line(pytestconfig, f"accuracy {name} {precision}: {'FAIL' if failed else 'pass'} in "
+                                f"{run['calibration_s'] + run['run_s']:.1f} s ({summary})")
+    if diagnosis_text and not failed:
+        progress_line(pytestconfig, f"accuracy {name} {precision}: {diagnosis_text}")
+    if failed:
+        lines = [f"{name} at {precision} on {settings.hardware} ({count} samples, profile {settings.profile}) vs FP32:"]
+        lines += ["  " + e.describe() for e in failed]
+        if diagnosis_text:
+            lines.append("  " + diagnosis_text)
+        lines.append(f"  reproduce: {_reproduce(settings, name, precision)}")
+        pytest.fail("\n".join(lines), pytrace=False)

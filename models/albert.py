@@ -1,0 +1,119 @@
+"""ALBERT-base-v2 with the SQuAD span head: transformers' ``AlbertForQuestionAnswering`` in numpy.
+
+Inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (batch, seq_len) ints -> ``start_logits``, ``end_logits``
+(batch, seq_len). ALBERT factorises the embeddings (vocab -> embedding_size 128, then ``embedding_hidden_mapping_in`` to the
+hidden size) and shares one layer's weights across all 12 layers (one layer group). The repeated applications of a shared
+layer call ``ops`` under the same names (the prefix of the weights they share), once per application, in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models import encoder, text
+from models.base import Model, apply_overrides, read_checkpoint, take_params
+
+
+@dataclass(frozen=True)
+class AlbertConfig:
+    # albert-base-v2 (12 layers sharing one set of weights, H768, embedding 128, A12, FFN 3072, vocab 30000, gelu_new,
+    # LN eps 1e-12) at SQuAD v1.1 max_seq 384: the seed benchmark's albert (../shared/facts/models.md).
+    vocab_size: int = 30000
+    embedding_size: int = 128
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_hidden_groups: int = 1
+    inner_group_num: int = 1
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu_new"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    seq_len: int = 384
+
+
+JSON_FIELDS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups", "inner_group_num",
+               "num_attention_heads", "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
+               "layer_norm_eps")
+
+ALBERT_LAYER = encoder.LayerNames(
+    query="attention.query", key="attention.key", value="attention.value", attention_output="attention.dense",
+    attention_norm="attention.LayerNorm", intermediate="ffn", output="ffn_output", output_norm="full_layer_layer_norm")
+
+
+def validate(config: AlbertConfig) -> None:
+    encoder.check_heads(config.hidden_size, config.num_attention_heads, "albert")
+    encoder.check_activation(config.hidden_act, "albert")
+    encoder.check_seq_len(config.seq_len, config.max_position_embeddings, "albert")
+    if not 1 <= config.num_hidden_groups <= config.num_hidden_layers or config.inner_group_num < 1:
+        raise ValueError(f"albert: num_hidden_groups {config.num_hidden_groups} must be in [1, num_hidden_layers = "
+                         f"{config.num_hidden_layers}] and inner_group_num {config.inner_group_num} at least 1")
+
+
+def layer_prefix(group: int, inner: int) -> str:
+    return f"albert.encoder.albert_layer_groups.{group}.albert_layers.{inner}"
+
+
+def param_shapes(config: AlbertConfig) -> dict[str, tuple[int, ...]]:
+    e, h = config.embedding_size, config.hidden_size
+    shapes = {
+        "albert.embeddings.word_embeddings.weight": (config.vocab_size, e),
+        "albert.embeddings.position_embeddings.weight": (config.max_position_embeddings, e),
+        "albert.embeddings.token_type_embeddings.weight": (config.type_vocab_size, e),
+        "albert.embeddings.LayerNorm.weight": (e,),
+        "albert.embeddings.LayerNorm.bias": (e,),
+        "albert.encoder.embedding_hidden_mapping_in.weight": (h, e),
+        "albert.encoder.embedding_hidden_mapping_in.bias": (h,),
+    }
+    for group in range(config.num_hidden_groups):
+        for inner in range(config.inner_group_num):
+            shapes.update(ALBERT_LAYER.shapes(layer_prefix(group, inner), h, config.intermediate_size))
+    shapes["qa_outputs.weight"] = (2, h)
+    shapes["qa_outputs.bias"] = (2,)
+    return shapes
+
+
+class AlbertForQuestionAnswering(Model):
+    name = "albert"
+    output_names = ("start_logits", "end_logits")
+
+    @property
+    def input_specs(self):
+        return encoder.token_input_specs(self.config.seq_len)
+
+    def forward(self, inputs, ops):
+        c = self.config
+        encoder.check_token_ids(self.name, inputs, c.vocab_size, c.type_vocab_size)
+        mask = encoder.extended_attention_mask(inputs["attention_mask"])  # (B, 1, 1, S)
+        x = encoder.embeddings(ops, self.params, "albert.embeddings", inputs["input_ids"], inputs["token_type_ids"],
+                               eps=c.layer_norm_eps)  # (B, S, E)
+        x = encoder.linear(ops, self.params, "albert.encoder.embedding_hidden_mapping_in", x)  # (B, S, H)
+        for i in range(c.num_hidden_layers):
+            group = int(i / (c.num_hidden_layers / c.num_hidden_groups))  # transformers' AlbertTransformer rule
+            for inner in range(c.inner_group_num):
+                x = encoder.encoder_layer(ops, self.params, layer_prefix(group, inner), ALBERT_LAYER, x, mask,
+                                          num_heads=c.num_attention_heads, hidden_act=c.hidden_act, eps=c.layer_norm_eps)
+        logits = encoder.linear(ops, self.params, "qa_outputs", x)  # (B, S, 2)
+        return {"start_logits": np.ascontiguousarray(logits[..., 0]), "end_logits": np.ascontiguousarray(logits[..., 1])}
+
+    def sample_inputs(self, batch_size: int, seed: int = 0):
+        """SQuAD-like rows (see :func:`models.text.squad_like`) in the albert-base-v2 SentencePiece vocabulary layout."""
+        vocab = text.Vocabulary.for_model(self.config.vocab_size, **text.ALBERT_VOCAB)
+        return text.squad_like(batch_size, seed, self.config.seq_len, vocab)
+
+
+def load(checkpoint=None, seed: int = 0, **overrides) -> AlbertForQuestionAnswering:
+    """Seeded weights at the albert-base-v2 size, or an ``AlbertForQuestionAnswering`` checkpoint directory."""
+    if checkpoint is None:
+        config = apply_overrides(AlbertConfig(), overrides)
+        validate(config)
+        params = encoder.seeded_params(param_shapes(config), seed, ALBERT_LAYER, output_layers=("qa_outputs",))
+        return AlbertForQuestionAnswering(config, params)
+    data, tensors = read_checkpoint(checkpoint)
+    source = f"albert checkpoint {str(checkpoint)!r}"
+    config = apply_overrides(encoder.config_from_json(AlbertConfig, AlbertConfig(), data, source, JSON_FIELDS), overrides)
+    validate(config)
+    return AlbertForQuestionAnswering(config, take_params(tensors, param_shapes(config), source))

@@ -1,0 +1,125 @@
+"""BERT-base with the SQuAD span head: transformers' ``BertForQuestionAnswering`` in numpy.
+
+Inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (batch, seq_len) ints -> ``start_logits``, ``end_logits``
+(batch, seq_len). A plain ``BertModel`` checkpoint (tensor names without the ``bert.`` prefix, no ``qa_outputs``, e.g.
+all-MiniLM-L6-v2) loads as :class:`BertModel`, whose output is ``last_hidden_state`` (batch, seq_len, hidden_size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models import encoder, text
+from models.base import Model, apply_overrides, read_checkpoint, take_params
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    # bert-base-uncased (L12, H768, A12, FFN 3072, vocab 30522, erf GELU, LN eps 1e-12) at SQuAD v1.1 max_seq 384:
+    # the seed benchmark's bert-base (../shared/facts/models.md).
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    seq_len: int = 384
+    architecture: str = "BertForQuestionAnswering"  # or "BertModel" (no head, outputs last_hidden_state)
+
+
+JSON_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+               "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+PREFIXES = {"BertForQuestionAnswering": "bert.", "BertModel": ""}  # where the encoder's tensors live in the checkpoint
+
+
+def validate(config: BertConfig) -> None:
+    if config.architecture not in PREFIXES:
+        raise ValueError(f"bert-base: architecture {config.architecture!r} is not one of {sorted(PREFIXES)}")
+    encoder.check_heads(config.hidden_size, config.num_attention_heads, "bert-base")
+    encoder.check_activation(config.hidden_act, "bert-base")
+    encoder.check_seq_len(config.seq_len, config.max_position_embeddings, "bert-base")
+
+
+def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    base = PREFIXES[config.architecture]
+    h = config.hidden_size
+    shapes = {
+        f"{base}embeddings.word_embeddings.weight": (config.vocab_size, h),
+        f"{base}embeddings.position_embeddings.weight": (config.max_position_embeddings, h),
+        f"{base}embeddings.token_type_embeddings.weight": (config.type_vocab_size, h),
+        f"{base}embeddings.LayerNorm.weight": (h,),
+        f"{base}embeddings.LayerNorm.bias": (h,),
+    }
+    for i in range(config.num_hidden_layers):
+        shapes.update(encoder.BERT_LAYER.shapes(f"{base}encoder.layer.{i}", h, config.intermediate_size))
+    if config.architecture == "BertForQuestionAnswering":
+        shapes["qa_outputs.weight"] = (2, h)
+        shapes["qa_outputs.bias"] = (2,)
+    return shapes
+
+
+class BertModel(Model):
+    """The BERT encoder: embeddings + post-LN layers; output ``last_hidden_state`` (batch, seq_len, hidden_size)."""
+
+    name = "bert-base"
+    output_names = ("last_hidden_state",)
+
+    @property
+    def input_specs(self):
+        return encoder.token_input_specs(self.config.seq_len)
+
+    def encode(self, inputs, ops) -> np.ndarray:
+        c = self.config
+        encoder.check_token_ids(self.name, inputs, c.vocab_size, c.type_vocab_size)
+        base = PREFIXES[c.architecture]
+        mask = encoder.extended_attention_mask(inputs["attention_mask"])  # (B, 1, 1, S)
+        x = encoder.embeddings(ops, self.params, f"{base}embeddings", inputs["input_ids"], inputs["token_type_ids"],
+                               eps=c.layer_norm_eps)  # (B, S, H)
+        for i in range(c.num_hidden_layers):
+            x = encoder.encoder_layer(ops, self.params, f"{base}encoder.layer.{i}", encoder.BERT_LAYER, x, mask,
+                                      num_heads=c.num_attention_heads, hidden_act=c.hidden_act, eps=c.layer_norm_eps)
+        return x  # (B, S, H)
+
+    def forward(self, inputs, ops):
+        return {"last_hidden_state": self.encode(inputs, ops)}
+
+    def sample_inputs(self, batch_size: int, seed: int = 0):
+        """SQuAD-like rows (see :func:`models.text.squad_like`) in the bert-base-uncased vocabulary layout."""
+        vocab = text.Vocabulary.for_model(self.config.vocab_size, **text.BERT_VOCAB)
+        return text.squad_like(batch_size, seed, self.config.seq_len, vocab)
+
+
+class BertForQuestionAnswering(BertModel):
+    """BERT + ``qa_outputs`` (hidden -> 2): per-token start and end logits of the answer span."""
+
+    output_names = ("start_logits", "end_logits")
+
+    def forward(self, inputs, ops):
+        x = self.encode(inputs, ops)  # (B, S, H)
+        logits = encoder.linear(ops, self.params, "qa_outputs", x)  # (B, S, 2)
+        return {"start_logits": np.ascontiguousarray(logits[..., 0]), "end_logits": np.ascontiguousarray(logits[..., 1])}
+
+
+CLASSES = {"BertForQuestionAnswering": BertForQuestionAnswering, "BertModel": BertModel}
+
+
+def load(checkpoint=None, seed: int = 0, **overrides) -> BertModel:
+    """Seeded weights at the bert-base size, or a ``BertForQuestionAnswering`` / ``BertModel`` checkpoint directory
+    (told apart by the ``bert.`` prefix of the tensor names)."""
+    if checkpoint is None:
+        config = apply_overrides(BertConfig(), overrides)
+        validate(config)
+        params = encoder.seeded_params(param_shapes(config), seed, encoder.BERT_LAYER, output_layers=("qa_outputs",))
+        return CLASSES[config.architecture](config, params)
+    data, tensors = read_checkpoint(checkpoint)
+    source = f"bert-base checkpoint {str(checkpoint)!r}"
+    architecture = "BertForQuestionAnswering" if any(k.startswith("bert.") for k in tensors) else "BertModel"
+    config = encoder.config_from_json(BertConfig, BertConfig(architecture=architecture), data, source, JSON_FIELDS)
+    config = apply_overrides(config, overrides)
+    validate(config)
+    return CLASSES[config.architecture](config, take_params(tensors, param_shapes(config), source))

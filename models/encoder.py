@@ -1,0 +1,213 @@
+"""The pieces BERT, ALBERT and RoFormer share: embeddings, the extended attention mask, multi-head self-attention, the
+post-LayerNorm encoder layer, and seeded weights that behave like trained ones.
+
+All three are post-LN transformer encoders (``x = LN(x + attn(x)); x = LN(x + ffn(x))``) that differ in parameter names,
+in the embeddings (ALBERT factorises them, RoFormer has no position table) and in the position encoding (RoFormer rotates
+queries and keys). Every precision-sensitive step calls ``ops`` with the dotted checkpoint prefix of its layer; exact
+rearrangements (head split/merge, rotary pair swap, mask construction) stay here in numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from models.base import CheckpointError, InputError, InputSpec, ParamInit
+
+# transformers' hidden_act names -> the GELU form (ACT2FN: "gelu" is the erf form, "gelu_new" the tanh approximation).
+GELU_FORMS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+
+# Added to the attention scores of padded keys, as in transformers' extended attention mask (torch.finfo(float32).min).
+MASK_VALUE = np.float32(np.finfo(np.float32).min)
+
+
+def check_activation(hidden_act: str, source: str) -> None:
+    if hidden_act not in GELU_FORMS:
+        raise ValueError(f"{source}: hidden_act {hidden_act!r} is not supported; expected one of {sorted(GELU_FORMS)}")
+
+
+def activation(ops, x, hidden_act: str, *, name: str):
+    return ops.gelu(x, approximate=GELU_FORMS[hidden_act], name=name)
+
+
+def extended_attention_mask(attention_mask: np.ndarray) -> np.ndarray:
+    """(B, S) 1 = attend / 0 = padding -> (B, 1, 1, S) float32 to add to the scores: 0 or MASK_VALUE (exact, no ops)."""
+    return np.where(attention_mask[:, None, None, :] != 0, np.float32(0), MASK_VALUE).astype(np.float32)
+
+
+def embeddings(ops, params, prefix: str, input_ids, token_type_ids, *, eps: float, positions: bool = True):
+    """word + token_type (+ position) embeddings, then LayerNorm, as transformers' ``BertEmbeddings``: (B, S, E)."""
+    seq_len = input_ids.shape[1]
+    x = ops.embedding(params[f"{prefix}.word_embeddings.weight"], input_ids, name=f"{prefix}.word_embeddings")  # (B, S, E)
+    types = ops.embedding(params[f"{prefix}.token_type_embeddings.weight"], token_type_ids, name=f"{prefix}.token_type_embeddings")
+    x = ops.add(x, types, name=f"{prefix}.add_token_type")  # (B, S, E)
+    if positions:
+        table = params[f"{prefix}.position_embeddings.weight"]
+        pos = ops.embedding(table, np.arange(seq_len), name=f"{prefix}.position_embeddings")  # (S, E)
+        x = ops.add(x, pos, name=f"{prefix}.add_position")  # (B, S, E)
+    return layer_norm(ops, params, f"{prefix}.LayerNorm", x, eps)
+
+
+def linear(ops, params, name: str, x):
+    return ops.linear(x, params[f"{name}.weight"], params[f"{name}.bias"], name=name)
+
+
+def layer_norm(ops, params, name: str, x, eps: float):
+    return ops.layer_norm(x, params[f"{name}.weight"], params[f"{name}.bias"], eps=eps, name=name)
+
+
+@dataclass(frozen=True)
+class LayerNames:
+    """Checkpoint prefixes of one post-LN encoder layer (BERT/RoFormer spelling by default; ALBERT renames them)."""
+
+    query: str = "attention.self.query"
+    key: str = "attention.self.key"
+    value: str = "attention.self.value"
+    attention_output: str = "attention.output.dense"
+    attention_norm: str = "attention.output.LayerNorm"
+    intermediate: str = "intermediate.dense"
+    output: str = "output.dense"
+    output_norm: str = "output.LayerNorm"
+
+    def linears(self) -> tuple[str, ...]:
+        return (self.query, self.key, self.value, self.attention_output, self.intermediate, self.output)
+
+    def shapes(self, prefix: str, hidden: int, intermediate: int) -> dict[str, tuple[int, ...]]:
+        """Parameter name -> shape for the layer at ``prefix`` (linear weights are (out, in) as in torch)."""
+        io = {self.query: (hidden, hidden), self.key: (hidden, hidden), self.value: (hidden, hidden),
+              self.attention_output: (hidden, hidden), self.intermediate: (intermediate, hidden),
+              self.output: (hidden, intermediate)}
+        shapes = {}
+        for layer, (out_features, in_features) in io.items():
+            shapes[f"{prefix}.{layer}.weight"] = (out_features, in_features)
+            shapes[f"{prefix}.{layer}.bias"] = (out_features,)
+        for norm in (self.attention_norm, self.output_norm):
+            shapes[f"{prefix}.{norm}.weight"] = (hidden,)
+            shapes[f"{prefix}.{norm}.bias"] = (hidden,)
+        return shapes
+
+
+BERT_LAYER = LayerNames()
+
+Rotate = Callable[[object, np.ndarray, str], np.ndarray]
+
+
+def self_attention(ops, params, prefix: str, names: LayerNames, x, mask, num_heads: int, rotate: Rotate | None = None):
+    """Multi-head self-attention of transformers' eager path: softmax(q k^T / sqrt(d) + mask) v, heads merged: (B, S, H).
+
+    The 1/sqrt(d) scale is applied to the queries (an exact power of two for d = 64, so identical to scaling the scores);
+    ``rotate(ops, t, name)`` applies a position rotation to queries and keys (RoFormer)."""
+    batch, seq_len, hidden = x.shape
+    head_dim = hidden // num_heads
+    attn = prefix + "." + names.query.rsplit(".", 1)[0]  # e.g. bert.encoder.layer.3.attention.self
+
+    def heads(t):  # (B, S, H) -> (B, nh, S, d), a strided view
+        return t.reshape(batch, seq_len, num_heads, head_dim).transpose(0, 2, 1, 3)
+
+    q = heads(linear(ops, params, f"{prefix}.{names.query}", x))  # (B, nh, S, d)
+    k = heads(linear(ops, params, f"{prefix}.{names.key}", x))  # (B, nh, S, d)
+    v = heads(linear(ops, params, f"{prefix}.{names.value}", x))  # (B, nh, S, d)
+    if rotate is not None:
+        q = rotate(ops, q, f"{prefix}.{names.query}.rotary")  # (B, nh, S, d)
+        k = rotate(ops, k, f"{prefix}.{names.key}.rotary")  # (B, nh, S, d)
+    q = ops.mul(q, np.float32(1.0 / np.sqrt(head_dim)), name=f"{attn}.scale")  # (B, nh, S, d)
+    k_t = np.ascontiguousarray(k).transpose(0, 1, 3, 2)  # (B, nh, d, S); numpy's matmul is ~10x slower on the strided view
+    scores = ops.matmul(q, k_t, name=f"{attn}.scores")  # (B, nh, S, S)
+    scores = ops.add(scores, mask, name=f"{attn}.mask")  # (B, nh, S, S) + (B, 1, 1, S)
+    probs = ops.softmax(scores, axis=-1, name=f"{attn}.probs")  # (B, nh, S, S)
+    context = ops.matmul(probs, v, name=f"{attn}.context")  # (B, nh, S, d)
+    return context.transpose(0, 2, 1, 3).reshape(batch, seq_len, hidden)  # (B, S, H)
+
+
+def encoder_layer(ops, params, prefix: str, names: LayerNames, x, mask, *, num_heads: int, hidden_act: str,
+                  eps: float, rotate: Rotate | None = None):
+    """One post-LN layer: x = LN(x + W_o attn(x)); x = LN(x + W_2 act(W_1 x)). (B, S, H) -> (B, S, H)."""
+    context = self_attention(ops, params, prefix, names, x, mask, num_heads, rotate)  # (B, S, H)
+    attended = linear(ops, params, f"{prefix}.{names.attention_output}", context)  # (B, S, H)
+    attended = ops.add(attended, x, name=f"{prefix}.{names.attention_output}.residual")
+    x = layer_norm(ops, params, f"{prefix}.{names.attention_norm}", attended, eps)  # (B, S, H)
+    hidden = linear(ops, params, f"{prefix}.{names.intermediate}", x)  # (B, S, I)
+    hidden = activation(ops, hidden, hidden_act, name=f"{prefix}.{names.intermediate}.act")
+    out = linear(ops, params, f"{prefix}.{names.output}", hidden)  # (B, S, H)
+    out = ops.add(out, x, name=f"{prefix}.{names.output}.residual")
+    return layer_norm(ops, params, f"{prefix}.{names.output_norm}", out, eps)  # (B, S, H)
+
+
+def check_heads(hidden_size: int, num_attention_heads: int, source: str) -> None:
+    if num_attention_heads <= 0 or hidden_size % num_attention_heads:
+        raise ValueError(f"{source}: hidden_size {hidden_size} is not a multiple of num_attention_heads {num_attention_heads}")
+
+
+def check_seq_len(seq_len: int, max_positions: int, source: str) -> None:
+    if not 1 <= seq_len <= max_positions:
+        raise ValueError(f"{source}: seq_len {seq_len} must be in [1, max_position_embeddings = {max_positions}]")
+
+
+def config_from_json(config_cls, defaults, data: dict, source: str, fields: tuple[str, ...]):
+    """The config dataclass with ``fields`` taken from a checkpoint's config.json; a missing field is a CheckpointError."""
+    values = {}
+    for field in fields:
+        if data.get(field) is None:
+            raise CheckpointError(f"{source}: config.json lacks {field!r} (expected a transformers {config_cls.__name__})")
+        values[field] = data[field]
+    return dataclasses.replace(defaults, **values)
+
+
+# -- seeded weights ---------------------------------------------------------------------------------------------------
+# Scales that make a random network look numerically like a trained one (std of N(0, .) unless said otherwise), checked on
+# the full-size models: weights std gain/sqrt(fan_in) keep activations of order 1; queries and keys get QK_GAIN so that
+# attention scores have a std ~QK_GAIN**2 and the attention stays peaked in every layer (mean max probability ~0.3-0.4)
+# instead of uniform; the two linears that write into the residual stream (attention output, FFN output) get BRANCH_GAIN so
+# tokens keep distinct representations through 12 layers (mean cosine similarity ~0.5 at the top, as in trained BERT,
+# instead of collapsing to ~1); output heads get OUTPUT_GAIN so logits spread over a few units (std ~2-3); LayerNorm
+# gains ~N(1, 0.1), biases ~N(0, 0.02), embedding tables ~N(0, 0.05) (trained BERT's word embeddings have std ~0.05).
+QK_GAIN = 2.0
+BRANCH_GAIN = 0.3
+OUTPUT_GAIN = 4.0
+NORM_GAIN_STD = 0.1
+BIAS_STD = 0.02
+EMBEDDING_STD = 0.05
+
+
+def seeded_params(shapes: dict[str, tuple[int, ...]], seed: int, names: LayerNames,
+                  output_layers: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Deterministic FP32 weights for ``shapes`` (names as in the checkpoint), scaled as documented above."""
+    init = ParamInit(seed)
+    branches = ("." + names.attention_output, "." + names.output)
+    params = {}
+    for name, shape in shapes.items():
+        layer, kind = name.rsplit(".", 1)
+        if kind == "bias":
+            params[name] = init.normal(name, shape, BIAS_STD)
+        elif len(shape) == 1:  # LayerNorm gain
+            params[name] = init.normal(name, shape, NORM_GAIN_STD, mean=1.0)
+        elif layer.endswith("embeddings"):  # (vocab, dim) lookup table
+            params[name] = init.normal(name, shape, EMBEDDING_STD)
+        else:  # linear (out, in)
+            if layer.endswith((f".{names.query}", f".{names.key}")):
+                gain = QK_GAIN
+            elif layer.endswith(branches):
+                gain = BRANCH_GAIN
+            else:
+                gain = OUTPUT_GAIN if layer in output_layers else 1.0
+            params[name] = init.normal(name, shape, gain / np.sqrt(shape[1]))
+    return params
+
+
+# -- inputs -----------------------------------------------------------------------------------------------------------
+TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def token_input_specs(seq_len: int, names: tuple[str, ...] = TOKEN_INPUTS) -> tuple[InputSpec, ...]:
+    return tuple(InputSpec(name, (seq_len,), "int", "int64") for name in names)
+
+
+def check_token_ids(model_name: str, inputs: dict[str, np.ndarray], vocab_size: int, type_vocab_size: int) -> None:
+    """Token and segment ids must index their embedding tables; an InputError names the input and the valid range."""
+    for key, size in (("input_ids", vocab_size), ("token_type_ids", type_vocab_size)):
+        ids = inputs[key]
+        if ids.size and (ids.min() < 0 or ids.max() >= size):
+            raise InputError(f"{model_name}: input {key!r} has ids in [{ids.min()}, {ids.max()}], expected [0, {size - 1}]")

@@ -1,0 +1,145 @@
+"""RoFormer base with a one-logit similarity head: transformers' ``RoFormerForSequenceClassification`` (num_labels=1).
+
+Inputs ``input_ids``, ``token_type_ids``, ``attention_mask`` (batch, seq_len) ints -> ``logits`` (batch, 1), the similarity
+score of the two texts of each row. In the seed benchmark (CAIL2019-SCM) even-indexed rows hold (A, B) and odd-indexed rows
+(A, C) of the same triplet, and the metric is ``mean(score[0::2] > score[1::2])``; :meth:`sample_inputs` follows that layout.
+RoFormer has no position table: queries and keys of every layer are rotated pairwise (dims 2i, 2i+1) by angles
+pos / 10000^(2i/d) read from the fixed sinusoidal table ``roformer.encoder.embed_positions.weight`` (sin half, cos half).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models import encoder, text
+from models.base import CheckpointError, Model, apply_overrides, read_checkpoint, take_params
+
+
+@dataclass(frozen=True)
+class RoFormerConfig:
+    # RoFormer base (junnyu/roformer_chinese_base: L12, H768 = embedding 768, A12, FFN 3072, vocab 50000, erf GELU,
+    # 1536 positions, LN eps 1e-12) at the seed benchmark's input length 1024 (../shared/facts/models.md).
+    vocab_size: int = 50000
+    embedding_size: int = 768
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 1536
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    seq_len: int = 1024
+
+
+JSON_FIELDS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+               "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+POSITIONS = "roformer.encoder.embed_positions.weight"
+
+
+def validate(config: RoFormerConfig) -> None:
+    encoder.check_heads(config.hidden_size, config.num_attention_heads, "roformer")
+    if (config.hidden_size // config.num_attention_heads) % 2:
+        raise ValueError(f"roformer: the head size {config.hidden_size // config.num_attention_heads} must be even (rotary pairs)")
+    encoder.check_activation(config.hidden_act, "roformer")
+    encoder.check_seq_len(config.seq_len, config.max_position_embeddings, "roformer")
+
+
+def param_shapes(config: RoFormerConfig) -> dict[str, tuple[int, ...]]:
+    e, h = config.embedding_size, config.hidden_size
+    shapes = {
+        "roformer.embeddings.word_embeddings.weight": (config.vocab_size, e),
+        "roformer.embeddings.token_type_embeddings.weight": (config.type_vocab_size, e),
+        "roformer.embeddings.LayerNorm.weight": (e,),
+        "roformer.embeddings.LayerNorm.bias": (e,),
+    }
+    if e != h:
+        shapes["roformer.embeddings_project.weight"] = (h, e)
+        shapes["roformer.embeddings_project.bias"] = (h,)
+    shapes[POSITIONS] = (config.max_position_embeddings, h // config.num_attention_heads)
+    for i in range(config.num_hidden_layers):
+        shapes.update(encoder.BERT_LAYER.shapes(f"roformer.encoder.layer.{i}", h, config.intermediate_size))
+    shapes.update({"classifier.dense.weight": (h, h), "classifier.dense.bias": (h,),
+                   "classifier.out_proj.weight": (1, h), "classifier.out_proj.bias": (1,)})
+    return shapes
+
+
+def sinusoidal_positions(num_positions: int, dim: int) -> np.ndarray:
+    """transformers' ``RoFormerSinusoidalPositionalEmbedding`` table (float64 math, stored as float32): (positions, dim),
+    sin(pos / 10000^(2i/dim)) in the first half, cos in the second."""
+    pos = np.arange(num_positions, dtype=np.float64)[:, None]
+    angles = pos / np.power(10000.0, 2 * (np.arange(dim) // 2) / dim)  # (P, dim), pairs share an angle
+    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1).astype(np.float32)
+
+
+class Rotary:
+    """Rotates dims (2i, 2i+1) of queries/keys by the angle of their position: t*cos + swap(t)*(-sin, +sin).
+
+    The pair swap and the sign pattern are exact and stay here; the two products and the sum go through ``ops``."""
+
+    def __init__(self, table: np.ndarray, seq_len: int):
+        half = table.shape[1] // 2
+        sin, cos = table[:seq_len, :half], table[:seq_len, half:]  # (S, d/2) each
+        self.cos = np.repeat(cos, 2, axis=1)  # (S, d): cos of pair i at dims 2i and 2i+1
+        self.signed_sin = np.repeat(sin, 2, axis=1) * np.tile(np.float32([-1.0, 1.0]), half)  # (S, d): -sin, +sin
+
+    def __call__(self, ops, t: np.ndarray, name: str) -> np.ndarray:
+        swapped = t.reshape(*t.shape[:-1], -1, 2)[..., ::-1].reshape(t.shape)  # (B, nh, S, d): t[2i+1], t[2i]
+        cos_part = ops.mul(t, self.cos, name=f"{name}.cos")  # (B, nh, S, d)
+        sin_part = ops.mul(swapped, self.signed_sin, name=f"{name}.sin")  # (B, nh, S, d)
+        return ops.add(cos_part, sin_part, name=name)  # (B, nh, S, d)
+
+
+class RoFormerForSequenceClassification(Model):
+    name = "roformer"
+    output_names = ("logits",)
+
+    @property
+    def input_specs(self):
+        return encoder.token_input_specs(self.config.seq_len, ("input_ids", "token_type_ids", "attention_mask"))
+
+    def forward(self, inputs, ops):
+        c = self.config
+        encoder.check_token_ids(self.name, inputs, c.vocab_size, c.type_vocab_size)
+        mask = encoder.extended_attention_mask(inputs["attention_mask"])  # (B, 1, 1, S)
+        x = encoder.embeddings(ops, self.params, "roformer.embeddings", inputs["input_ids"], inputs["token_type_ids"],
+                               eps=c.layer_norm_eps, positions=False)  # (B, S, E)
+        if c.embedding_size != c.hidden_size:
+            x = encoder.linear(ops, self.params, "roformer.embeddings_project", x)  # (B, S, H)
+        rotary = Rotary(self.params[POSITIONS], c.seq_len)
+        for i in range(c.num_hidden_layers):
+            x = encoder.encoder_layer(ops, self.params, f"roformer.encoder.layer.{i}", encoder.BERT_LAYER, x, mask,
+                                      num_heads=c.num_attention_heads, hidden_act=c.hidden_act, eps=c.layer_norm_eps,
+                                      rotate=rotary)
+        cls = x[:, 0, :]  # (B, H): the [CLS] token
+        hidden = encoder.linear(ops, self.params, "classifier.dense", cls)  # (B, H)
+        hidden = encoder.activation(ops, hidden, c.hidden_act, name="classifier.dense.act")
+        return {"logits": encoder.linear(ops, self.params, "classifier.out_proj", hidden)}  # (B, 1)
+
+    def sample_inputs(self, batch_size: int, seed: int = 0):
+        """CAIL2019-SCM-like pairs (see :func:`models.text.cail_like_pairs`): rows 2t, 2t+1 = (A, B), (A, C)."""
+        vocab = text.Vocabulary.for_model(self.config.vocab_size, **text.ROFORMER_VOCAB)
+        return text.cail_like_pairs(batch_size, seed, self.config.seq_len, vocab)
+
+
+def load(checkpoint=None, seed: int = 0, **overrides) -> RoFormerForSequenceClassification:
+    """Seeded weights at the RoFormer-base size, or a ``RoFormerForSequenceClassification`` checkpoint (num_labels=1)."""
+    if checkpoint is None:
+        config = apply_overrides(RoFormerConfig(), overrides)
+        validate(config)
+        shapes = param_shapes(config)
+        positions = shapes.pop(POSITIONS)
+        params = encoder.seeded_params(shapes, seed, encoder.BERT_LAYER, output_layers=("classifier.out_proj",))
+        params[POSITIONS] = sinusoidal_positions(*positions)
+        return RoFormerForSequenceClassification(config, params)
+    data, tensors = read_checkpoint(checkpoint)
+    source = f"roformer checkpoint {str(checkpoint)!r}"
+    if data.get("rotary_value"):
+        raise CheckpointError(f"{source}: rotary_value=true (rotating the values too) is not supported")
+    if data.get("embedding_size") is None:  # older configs leave it out: transformers then uses hidden_size
+        data = {**data, "embedding_size": data.get("hidden_size")}
+    config = apply_overrides(encoder.config_from_json(RoFormerConfig, RoFormerConfig(), data, source, JSON_FIELDS), overrides)
+    validate(config)
+    return RoFormerForSequenceClassification(config, take_params(tensors, param_shapes(config), source))

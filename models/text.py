@@ -1,0 +1,130 @@
+"""Deterministic text-like inputs for the transformer encoders: token ids, segment ids and attention masks.
+
+No real data set can be downloaded here, so the generators imitate the statistics that matter to the numerics: how often each
+token id occurs (Zipf's law), how long the sequences are and how much of each row is padding, and the segment layout.
+Every sample draws from its own random stream keyed by ``(seed, sample index)``, so the first ``n`` samples of a batch do not
+depend on the batch size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+# SQuAD v1.1 with max_seq 384 (the seed benchmark's BERT/ALBERT setting): the ByteMLPerf/Graphcore synthetic packed runs draw
+# sequence lengths from N(172, 172) clipped to [1, 384]; questions are ~11 words (~13 word pieces), at most 64 (max_query).
+SQUAD_LENGTH_MEAN = 172.0
+SQUAD_LENGTH_STD = 172.0
+SQUAD_QUESTION_MEAN = 13.0
+SQUAD_QUESTION_STD = 4.0
+SQUAD_MAX_QUERY = 64
+
+# CAIL2019-SCM fact descriptions are a few hundred to a thousand characters (one token per Chinese character); a pair
+# [CLS] A [SEP] B [SEP] is truncated to the sequence length by dropping tokens from the end of the longer text.
+CAIL_TEXT_MEAN = 680.0
+CAIL_TEXT_STD = 180.0
+CAIL_TEXT_MIN = 64
+
+# Zipf-Mandelbrot law over word ranks: p(rank r) ~ 1 / (r + ZIPF_SHIFT) ** ZIPF_EXPONENT (natural-language fit).
+ZIPF_EXPONENT = 1.05
+ZIPF_SHIFT = 2.7
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Where the special tokens and the ordinary word pieces sit in a vocabulary of ``size`` ids."""
+
+    size: int
+    pad: int
+    cls: int
+    sep: int
+    first_word: int
+
+    @staticmethod
+    def for_model(size: int, pad: int, cls: int, sep: int, first_word: int) -> "Vocabulary":
+        """The real layout when it fits; vocabularies too small for it (test configs) put [PAD], [CLS], [SEP] at 0, 1, 2."""
+        if size >= first_word + 64:
+            return Vocabulary(size, pad, cls, sep, first_word)
+        if size < 8:
+            raise ValueError(f"vocab_size {size} is too small for text samples (need at least 8 ids)")
+        return Vocabulary(size, 0, 1, 2, 3)
+
+
+# bert-base-uncased: [PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, word pieces from id 999 on.
+BERT_VOCAB = dict(pad=0, cls=101, sep=102, first_word=999)
+# albert-base-v2 (SentencePiece): <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4, pieces from 5 on.
+ALBERT_VOCAB = dict(pad=0, cls=2, sep=3, first_word=5)
+# roformer_chinese_base (BERT-style Chinese vocab): [PAD]=0, [CLS]=101, [SEP]=102, characters from 106 on.
+ROFORMER_VOCAB = dict(pad=0, cls=101, sep=102, first_word=106)
+
+
+@lru_cache(maxsize=8)
+def _zipf_cdf(num_words: int) -> np.ndarray:
+    ranks = np.arange(num_words, dtype=np.float64)
+    weights = (ranks + ZIPF_SHIFT) ** -ZIPF_EXPONENT
+    cdf = np.cumsum(weights)
+    return cdf / cdf[-1]
+
+
+def zipf_words(rng: np.random.Generator, vocab: Vocabulary, count: int) -> np.ndarray:
+    """``count`` word ids, the word of rank r (id ``first_word + r``) drawn with Zipf-Mandelbrot probability."""
+    cdf = _zipf_cdf(vocab.size - vocab.first_word)
+    ranks = np.searchsorted(cdf, rng.random(count), side="right")
+    return (vocab.first_word + np.minimum(ranks, cdf.size - 1)).astype(np.int64)
+
+
+def _pair_row(rng, vocab: Vocabulary, len_a: int, len_b: int, seq_len: int, words_a=None):
+    """One row [CLS] a [SEP] b [SEP] with segment ids 0/1, padded with [PAD] (mask 0) and cut to ``seq_len``."""
+    a = zipf_words(rng, vocab, len_a) if words_a is None else words_a
+    b = zipf_words(rng, vocab, len_b)
+    ids = np.concatenate([[vocab.cls], a, [vocab.sep], b, [vocab.sep]])[:seq_len]
+    segments = np.concatenate([np.zeros(len_a + 2, np.int64), np.ones(len_b + 1, np.int64)])[:seq_len]
+    row_ids = np.full(seq_len, vocab.pad, np.int64)
+    row_segments = np.zeros(seq_len, np.int64)
+    row_mask = np.zeros(seq_len, np.int64)
+    row_ids[: ids.size] = ids
+    row_segments[: ids.size] = segments
+    row_mask[: ids.size] = 1
+    return row_ids, row_segments, row_mask
+
+
+def squad_like(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> dict[str, np.ndarray]:
+    """SQuAD-like question/context rows: total length ~N(172, 172) clipped to [1, seq_len], a question of ~13 word pieces
+    (at most 64) then the context; rows shorter than the structure keep a prefix of [CLS] question [SEP] context [SEP]."""
+    rows = []
+    for index in range(batch_size):
+        rng = np.random.default_rng([seed, index])
+        length = int(np.clip(round(rng.normal(SQUAD_LENGTH_MEAN, SQUAD_LENGTH_STD)), 1, seq_len))
+        question = int(np.clip(round(rng.normal(SQUAD_QUESTION_MEAN, SQUAD_QUESTION_STD)), 1, SQUAD_MAX_QUERY))
+        question = min(question, max(length - 2, 0))
+        context = max(length - question - 3, 0)
+        ids, segments, mask = _pair_row(rng, vocab, question, context, seq_len)
+        ids[length:], segments[length:], mask[length:] = vocab.pad, 0, 0
+        rows.append((ids, segments, mask))
+    return _stack(rows, ("input_ids", "token_type_ids", "attention_mask"))
+
+
+def cail_like_pairs(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> dict[str, np.ndarray]:
+    """CAIL2019-SCM-like case pairs: triplet t gives samples 2t = (A, B) and 2t+1 = (A, C), the same text A first, so
+    ``score[0::2] > score[1::2]`` is the seed benchmark's metric. Texts ~N(680, 180) tokens, the longer one cut first."""
+    rows = []
+    for index in range(batch_size):
+        triplet, second = divmod(index, 2)
+        rng_a = np.random.default_rng([seed, triplet, 0])
+        rng_b = np.random.default_rng([seed, triplet, 1 + second])
+        len_a = max(int(round(rng_a.normal(CAIL_TEXT_MEAN, CAIL_TEXT_STD))), CAIL_TEXT_MIN)
+        len_b = max(int(round(rng_b.normal(CAIL_TEXT_MEAN, CAIL_TEXT_STD))), CAIL_TEXT_MIN)
+        words_a = zipf_words(rng_a, vocab, len_a)
+        while len_a + len_b + 3 > seq_len and len_a + len_b > 0:
+            if len_a > len_b:
+                len_a -= 1
+            else:
+                len_b -= 1
+        rows.append(_pair_row(rng_b, vocab, len_a, len_b, seq_len, words_a=words_a[:len_a]))
+    return _stack(rows, ("input_ids", "token_type_ids", "attention_mask"))
+
+
+def _stack(rows, names) -> dict[str, np.ndarray]:
+    return {name: np.stack([row[i] for row in rows]) for i, name in enumerate(names)}

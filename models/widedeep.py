@@ -1,0 +1,231 @@
+"""Wide & Deep click-through-rate model (Cheng et al. 2016) on Criteo's 26 categorical and 13 numeric features.
+
+Inputs:
+- ``categorical_ids`` (batch, 26) int: per feature, the hashed category id in ``[0, bucket_sizes[i])``;
+- ``numeric_features`` (batch, 13) float: Criteo's integer counts I1..I13 after ``log(1 + x)`` (missing -> 0).
+
+Output: ``probabilities`` (batch, 2) float: column 0 no click, column 1 click (Criteo label 1); rows sum to 1.
+
+Wide part: a linear model over the sparse features (one weight per hashed category of each feature, summed) plus a
+linear term over the numeric features. Deep part: one embedding table per categorical feature, the 26 embeddings
+concatenated with the 13 numeric features, an MLP (1024-512-256, ReLU) and a linear head. The two logits are summed;
+a sigmoid gives the click probability.
+
+Checkpoint (``config.json`` with the :class:`WideDeepConfig` fields + ``model.safetensors``; :func:`save_checkpoint`
+writes one), tensor names, with ``F`` = feature index 0..25, ``V_F`` = ``bucket_sizes[F]``, ``D`` = embedding_dim:
+
+    wide.categorical.F.weight   (V_F, 1)     per-category weight of feature F
+    wide.numeric.weight         (1, 13)      numeric weights of the wide linear model
+    wide.numeric.bias           (1,)
+    deep.embeddings.F.weight    (V_F, D)     embedding table of feature F
+    deep.mlp.K.weight / .bias   (H_K, H_K-1) / (H_K,)   K = 0..len(hidden_sizes)-1, H_-1 = 26 * D + 13
+    deep.head.weight / .bias    (1, H_last) / (1,)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from conformance.hardware.ops import Ops
+from models.base import CheckpointError, InputError, InputSpec, Model, ParamInit, apply_overrides, read_checkpoint, take_params
+
+# Distinct values of C1..C26 in the Criteo Kaggle display-advertising training set (as counted by DLRM's Kaggle
+# preprocessing). The full tables (33.8M rows) would need ~2 GB per 16-wide embedding set; production Wide & Deep
+# models hash each feature into a fixed number of buckets instead, as we do: buckets = min(cardinality, HASH_BUCKET_CAP).
+CRITEO_KAGGLE_CARDINALITIES = (
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+)
+HASH_BUCKET_CAP = 100_000  # 7 features are capped; 0.84M rows in all (54 MB of FP32 embeddings at D=16)
+CRITEO_CLICK_RATE = 0.256  # share of clicks in the Criteo Kaggle training set
+
+
+@dataclass(frozen=True)
+class WideDeepConfig:
+    """Defaults: the Criteo feature layout of the seed benchmark's wide&deep (26 categorical + 13 numeric) with a
+    Wide & Deep paper-sized tower (1024-512-256 ReLU MLP); embedding dimension 16 as in MLPerf DLRM's Criteo Kaggle
+    configuration; hash buckets capped at 100k per feature (see CRITEO_KAGGLE_CARDINALITIES)."""
+
+    bucket_sizes: tuple[int, ...] = tuple(min(c, HASH_BUCKET_CAP) for c in CRITEO_KAGGLE_CARDINALITIES)
+    num_numeric: int = 13
+    embedding_dim: int = 16
+    hidden_sizes: tuple[int, ...] = (1024, 512, 256)
+
+    def __post_init__(self):
+        object.__setattr__(self, "bucket_sizes", tuple(int(v) for v in self.bucket_sizes))
+        object.__setattr__(self, "hidden_sizes", tuple(int(v) for v in self.hidden_sizes))
+        if not self.bucket_sizes or min(self.bucket_sizes) < 1:
+            raise ValueError(f"WideDeepConfig: bucket_sizes must be positive, got {self.bucket_sizes}")
+        if not self.hidden_sizes:
+            raise ValueError("WideDeepConfig: hidden_sizes must not be empty")
+
+    @property
+    def num_categorical(self) -> int:
+        return len(self.bucket_sizes)
+
+
+def param_shapes(config: WideDeepConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of the checkpoint format (see the module docstring)."""
+    shapes = {}
+    for f, buckets in enumerate(config.bucket_sizes):
+        shapes[f"wide.categorical.{f}.weight"] = (buckets, 1)
+    shapes["wide.numeric.weight"] = (1, config.num_numeric)
+    shapes["wide.numeric.bias"] = (1,)
+    for f, buckets in enumerate(config.bucket_sizes):
+        shapes[f"deep.embeddings.{f}.weight"] = (buckets, config.embedding_dim)
+    width = config.num_categorical * config.embedding_dim + config.num_numeric
+    for k, hidden in enumerate(config.hidden_sizes):
+        shapes[f"deep.mlp.{k}.weight"] = (hidden, width)
+        shapes[f"deep.mlp.{k}.bias"] = (hidden,)
+        width = hidden
+    shapes["deep.head.weight"] = (1, width)
+    shapes["deep.head.bias"] = (1,)
+    return shapes
+
+
+class WideDeep(Model):
+    name = "widedeep"
+    output_names = ("probabilities",)
+
+    @property
+    def input_specs(self):
+        c = self.config
+        return (InputSpec("categorical_ids", (c.num_categorical,), "int", "int64"),
+                InputSpec("numeric_features", (c.num_numeric,), "float", "float32"))
+
+    def validate_inputs(self, inputs):
+        batch = super().validate_inputs(inputs)
+        ids = inputs["categorical_ids"]
+        buckets = np.asarray(self.config.bucket_sizes)
+        bad = (ids < 0) | (ids >= buckets)
+        if bad.any():
+            row, f = map(int, np.argwhere(bad)[0])
+            raise InputError(f"{self.name}: input 'categorical_ids' has id {int(ids[row, f])} for feature {f} (sample {row}); "
+                             f"expected hashed ids in [0, {buckets[f]})")
+        return batch
+
+    def forward(self, inputs, ops: Ops):
+        p, c = self.params, self.config
+        ids = inputs["categorical_ids"]                                                # (B, 26)
+        numeric = ops.input(inputs["numeric_features"], name="numeric_features")       # (B, 13)
+
+        # wide: sum over features of the weight of each sample's category, plus a linear term in the numeric features
+        wide_terms = [ops.embedding(p[f"wide.categorical.{f}.weight"], ids[:, f], name=f"wide.categorical.{f}")
+                      for f in range(c.num_categorical)]                               # 26 x (B, 1)
+        wide_weights = np.concatenate(wide_terms, axis=1)                              # (B, 26)
+        ones = np.ones((c.num_categorical, 1), np.float32)
+        wide_sparse = ops.matmul(wide_weights, ones, name="wide.categorical_sum")      # (B, 1)
+        wide_dense = ops.linear(numeric, p["wide.numeric.weight"], p["wide.numeric.bias"], name="wide.numeric")
+        wide = ops.add(wide_sparse, wide_dense, name="wide")                           # (B, 1)
+
+        # deep: embeddings ++ numeric -> MLP -> logit
+        embedded = [ops.embedding(p[f"deep.embeddings.{f}.weight"], ids[:, f], name=f"deep.embeddings.{f}")
+                    for f in range(c.num_categorical)]                                 # 26 x (B, D)
+        h = np.concatenate(embedded + [numeric], axis=1)                               # (B, 26*D + 13)
+        for k in range(len(c.hidden_sizes)):
+            h = ops.linear(h, p[f"deep.mlp.{k}.weight"], p[f"deep.mlp.{k}.bias"], name=f"deep.mlp.{k}")
+            h = ops.relu(h, name=f"deep.mlp.{k}.activation")                          # (B, H_k)
+        deep = ops.linear(h, p["deep.head.weight"], p["deep.head.bias"], name="deep.head")  # (B, 1)
+
+        logit = ops.add(wide, deep, name="logit")                                      # (B, 1)
+        click = ops.sigmoid(logit, name="click_probability")                           # (B, 1)
+        no_click = ops.sub(np.float32(1), click, name="no_click_probability")          # (B, 1)
+        return {"probabilities": np.concatenate([no_click, click], axis=1)}            # (B, 2)
+
+    def sample_inputs(self, batch_size: int, seed: int = 0):
+        return criteo_like_inputs(self.config, batch_size, np.random.default_rng([seed, 0x57444550]))  # tag "WDEP"
+
+
+def criteo_like_inputs(config: WideDeepConfig, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Criteo-like features. Categorical: per feature, Zipf-distributed popularity ranks (exponent ~U(1.05, 1.6),
+    as the heavy-headed category frequencies of Criteo) folded into the bucket range and scattered by a fixed
+    multiplicative hash. Numeric: heavy-tailed counts (log-normal, per-feature location and spread; 0-40% missing,
+    filled with 0), then ``log(1 + x)`` as in the standard Criteo preprocessing."""
+    feature_rng = np.random.default_rng(0x43524954)  # per-feature distribution shapes are fixed, not per seed ("CRIT")
+    exponents = feature_rng.uniform(1.05, 1.6, config.num_categorical)
+    hash_mult = feature_rng.integers(1, 2**31 - 1, config.num_categorical) | 1
+    hash_offset = feature_rng.integers(0, 2**31 - 1, config.num_categorical)
+    ids = np.empty((batch, config.num_categorical), np.int64)
+    for f, buckets in enumerate(config.bucket_sizes):
+        ranks = (rng.zipf(exponents[f], batch) - 1) % buckets
+        ids[:, f] = (ranks * hash_mult[f] + hash_offset[f]) % buckets
+    location = feature_rng.uniform(0.0, 4.0, config.num_numeric)
+    spread = feature_rng.uniform(0.8, 2.0, config.num_numeric)
+    missing_rate = feature_rng.uniform(0.0, 0.4, config.num_numeric)
+    counts = np.floor(np.exp(location + spread * rng.standard_normal((batch, config.num_numeric))))
+    counts[rng.random((batch, config.num_numeric)) < missing_rate] = 0.0
+    return {"categorical_ids": ids, "numeric_features": np.log1p(counts).astype(np.float32)}
+
+
+# -- seeded weights -----------------------------------------------------------------------------------------------------
+_CALIBRATION_SAMPLES = 1024
+_WIDE_LOGIT_STD = 0.5  # on Criteo-like inputs; the deep part carries most of the signal, as in a trained model
+_DEEP_LOGIT_STD = 1.0
+
+
+def seeded_params(config: WideDeepConfig, seed: int) -> dict[str, np.ndarray]:
+    """Deterministic weights of a plausible trained model's scale: embeddings N(0, 0.05^2) (typical of trained CTR
+    tables), wide weights N(0, 1), MLP He-normal with zero biases. On 1024 Criteo-like calibration samples the wide and
+    deep logits are then scaled to std 0.5 and 1.0, and the head bias set so the mean logit is that of Criteo's click
+    rate (25.6%; mean probability ~0.29): probabilities spread over (0, 1) instead of sitting at 0.5 (~2% of samples
+    within 0.01 of it), so accuracy at 0.5 is meaningful."""
+    init = ParamInit(seed)
+    params = {}
+    for name, shape in param_shapes(config).items():
+        if name.startswith("deep.embeddings."):
+            params[name] = init.normal(name, shape, std=0.05)
+        elif name.startswith("wide.") and name.endswith(".weight"):
+            params[name] = init.normal(name, shape, std=1.0)
+        elif name.endswith(".weight"):  # deep.mlp.K and deep.head
+            params[name] = init.normal(name, shape, std=float(np.sqrt(2.0 / shape[1])))
+        else:
+            params[name] = init.constant(shape, 0.0)
+    model = WideDeep(config, params)
+    calibration = criteo_like_inputs(config, _CALIBRATION_SAMPLES, np.random.default_rng([seed, 0x43414C42]))  # "CALB"
+    logits = {}
+    model.forward(calibration, Ops(recorder=logits.__setitem__))
+    wide_scale = _WIDE_LOGIT_STD / float(logits["wide"].std())
+    deep_scale = _DEEP_LOGIT_STD / float(logits["deep.head"].std())
+    for name in params:
+        if name.startswith("wide."):
+            params[name] *= np.float32(wide_scale)
+    params["deep.head.weight"] *= np.float32(deep_scale)
+    mean_logit = wide_scale * float(logits["wide"].mean()) + deep_scale * float(logits["deep.head"].mean())
+    target = np.log(CRITEO_CLICK_RATE / (1 - CRITEO_CLICK_RATE))
+    params["deep.head.bias"] = np.array([target - mean_logit], np.float32)
+    return params
+
+
+# -- checkpoints ----------------------------------------------------------------------------------------------------------
+def save_checkpoint(model: WideDeep, directory) -> Path:
+    """Write ``config.json`` (the config fields) and ``model.safetensors`` (the tensor names above) to ``directory``."""
+    from safetensors.numpy import save_file
+
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "widedeep", **asdict(model.config)}, indent=2))
+    save_file({k: np.ascontiguousarray(v) for k, v in model.params.items()}, str(path / "model.safetensors"))
+    return path
+
+
+def load(checkpoint=None, seed: int = 0, **overrides) -> WideDeep:
+    """Seeded weights at the default size, or a directory written by :func:`save_checkpoint` (or any tool writing
+    the same ``config.json`` fields and tensor names)."""
+    if checkpoint is None:
+        config = apply_overrides(WideDeepConfig(), overrides)
+        return WideDeep(config, seeded_params(config, seed))
+    raw, tensors = read_checkpoint(checkpoint)
+    source = f"widedeep checkpoint {str(checkpoint)!r}"
+    if raw.get("model_type") != "widedeep":
+        raise CheckpointError(f"{source}: config.json model_type is {raw.get('model_type')!r}, expected 'widedeep'")
+    fields = {k: raw[k] for k in ("bucket_sizes", "num_numeric", "embedding_dim", "hidden_sizes") if k in raw}
+    try:
+        config = apply_overrides(WideDeepConfig(), fields)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source}: bad config.json: {exc}") from None
+    config = apply_overrides(config, overrides)
+    return WideDeep(config, take_params(tensors, param_shapes(config), source))

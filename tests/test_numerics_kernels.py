@@ -1,0 +1,227 @@
+"""matmul and conv2d of conformance.numerics: float partials against float64 within the FP32 accumulation bound, half
+partials against an independent per-block reference (exact where the FP32 block sums are exact) and within the
+documented bound, FP8 operands, saturation, reproducibility and bad input. torch (float64) is the conv oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conformance.numerics import DEFAULT_BLOCK, conv2d, matmul, quantize
+
+U32, U16 = 2.0**-24, 2.0**-11  # unit roundoff of FP32 and FP16
+F16_HALF_SUBNORMAL = 2.0**-25  # largest absolute error of rounding into FP16's subnormal range
+
+
+def float_partials_bound(abs_products: np.ndarray, k: int) -> np.ndarray:
+    """Any FP32 summation order of k exact products: |error| <= gamma_k * sum|products| (Higham, Thm 3.1)."""
+    return k * U32 / (1 - k * U32) * abs_products
+
+
+def half_partials_bound(abs_products: np.ndarray, k: int, block: int) -> np.ndarray:
+    """The bound documented in kernels.py: nb = ceil(k / block) steps, each an FP32 add and an FP16 rounding of the
+    running partial, after FP32 block sums of `block` products."""
+    nb = -(-k // block)
+    return ((1 + U16) ** nb * (1 + U32) ** (nb + block - 1) - 1) * abs_products + nb * F16_HALF_SUBNORMAL
+
+
+def grid(rng, shape, fmt="f16", scale=0, spread=1.0):
+    return quantize(rng.standard_normal(shape) * spread, fmt, scale=scale)
+
+
+def reference_half(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
+    """The half-partials model written plainly: float64 block sums (exact here), FP32 add, FP16 rounding."""
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k0 in range(0, a.shape[1], block):
+        block_sum = a[:, k0:k0 + block].astype(np.float64) @ b[k0:k0 + block].astype(np.float64)
+        acc = quantize((acc + block_sum.astype(np.float32)).astype(np.float32), "f16")
+    return acc
+
+
+# -- float partials ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("m, k, n", [(7, 5, 3), (64, 768, 96), (33, 1500, 17)])
+def test_float_partials_within_fp32_accumulation_bound(m, k, n):
+    rng = np.random.default_rng(0)
+    a, b = grid(rng, (m, k)), grid(rng, (k, n), spread=0.05)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = float_partials_bound(np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64), k)
+    y = matmul(a, b, out_format=None)
+    assert y.dtype == np.float32 and y.shape == (m, n)
+    assert (np.abs(y - exact) <= bound).all(), np.max(np.abs(y - exact) / bound)
+    y16 = matmul(a, b)
+    assert np.array_equal(y16, quantize(y, "f16"))
+
+
+def test_batched_matmul_broadcasts_like_numpy():
+    rng = np.random.default_rng(1)
+    a, b = grid(rng, (2, 3, 16, 40)), grid(rng, (3, 40, 8))
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    for partials in ("float", "half"):
+        y = matmul(a, b, partials=partials)
+        assert y.shape == (2, 3, 16, 8)
+        bound = half_partials_bound(np.matmul(np.abs(a), np.abs(b)).astype(np.float64), 40, 16) + np.abs(exact) * U16
+        assert (np.abs(y - exact) <= bound).all()
+
+
+# -- half partials ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("m, k, n, block", [(5, 64, 7, 16), (40, 300, 90, 16), (3, 50, 4, 7), (600, 96, 700, 32)])
+def test_half_partials_equal_plain_model_when_block_sums_are_exact(m, k, n, block):
+    """Integer operands up to 64: products and block sums are exact in FP32, partials above 2048 are not exact in
+    FP16, so each block's FP16 rounding shows; the kernel must reproduce the plain model bit for bit."""
+    rng = np.random.default_rng(2)
+    a = rng.integers(-64, 65, (m, k)).astype(np.float32)
+    b = rng.integers(-64, 65, (k, n)).astype(np.float32)
+    y = matmul(a, b, partials="half", block=block)
+    expected = reference_half(a, b, block)
+    assert np.array_equal(y, expected), np.abs(y - expected).max()
+    assert not np.array_equal(y, quantize(a.astype(np.float64) @ b.astype(np.float64), "f16"))
+
+
+@pytest.mark.parametrize("k", [16, 768, 3000])
+def test_half_partials_within_documented_bound_and_reproducible(k):
+    rng = np.random.default_rng(3)
+    a, b = grid(rng, (48, k)), grid(rng, (k, 64), spread=0.05)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    abs_products = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    y = matmul(a, b, partials="half")
+    error = np.abs(y - exact)
+    assert (error <= half_partials_bound(abs_products, k, DEFAULT_BLOCK["f16"])).all()
+    assert np.array_equal(y, matmul(a, b, partials="half"))
+    if k > 16:  # more FP16 roundings than float partials' single one: visibly larger errors
+        assert error.mean() > np.abs(matmul(a, b) - exact).mean()
+
+
+def test_half_partials_stochastic_is_reproducible_and_within_twice_the_bound():
+    rng = np.random.default_rng(4)
+    a, b = grid(rng, (32, 2048)), grid(rng, (2048, 32), spread=0.05)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    first = matmul(a, b, partials="half", rounding="stochastic", rng=np.random.default_rng(9))
+    again = matmul(a, b, partials="half", rounding="stochastic", rng=np.random.default_rng(9))
+    assert np.array_equal(first, again)
+    assert not np.array_equal(first, matmul(a, b, partials="half", rounding="stochastic", rng=np.random.default_rng(10)))
+    bound = half_partials_bound(np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64), 2048, 16)
+    assert (np.abs(first - exact) <= 2 * bound).all()  # a stochastic rounding errs by up to one ulp, not half
+
+
+def test_half_partials_stagnate_with_nearest_and_not_with_stochastic_rounding():
+    """2048 plus 1023 x 1/16: each block of 16 adds 1.0 to a partial whose FP16 ulp is 2, a tie that rounds back to
+    2048 with RNE every time; stochastic rounding keeps the expected value (2048 + 1023/16)."""
+    rows = 256
+    a = np.full((rows, 1024), 1 / 16, np.float32)
+    a[:, 0] = 2048.0
+    b = np.ones((1024, 1), np.float32)
+    exact = 2048 + 1023 / 16
+    assert (matmul(a, b, partials="half") == 2048.0).all()
+    stochastic = matmul(a, b, partials="half", rounding="stochastic", rng=np.random.default_rng(0))
+    sigma_of_mean = np.sqrt(64 * 4 * 0.25 / rows)  # 64 roundings of +-1 (ulp 2, p = 1/2) per row
+    assert abs(stochastic.mean() - exact) < 6 * sigma_of_mean, stochastic.mean()
+
+
+def test_fp8_operands_force_half_partials_and_fp16_result():
+    rng = np.random.default_rng(5)
+    a, b = grid(rng, (20, 256), "f143", scale=-3), grid(rng, (256, 30), "f143", scale=-3, spread=0.1)
+    forced = matmul(a, b, operand_format="f143", partials="float", out_format=None)
+    assert np.array_equal(forced, matmul(a, b, operand_format="f143", partials="half", block=32))
+    assert not np.array_equal(forced, matmul(a, b, operand_format="f143", partials="half", block=8))
+    assert np.array_equal(forced, quantize(forced, "f16"))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert (np.abs(forced - exact) <= half_partials_bound(np.abs(a) @ np.abs(b), 256, 32)).all()
+
+
+@pytest.mark.parametrize("partials", ["float", "half"])
+def test_fp16_results_saturate(partials):
+    a = np.full((2, 64), 200.0, np.float32)
+    b = np.full((64, 3), 100.0, np.float32)
+    b[:, 1] = -100.0
+    b[:, 2] = 0.001
+    y = matmul(a, b, partials=partials)
+    assert y[:, 0].tolist() == [65504.0, 65504.0] and y[:, 1].tolist() == [-65504.0, -65504.0]
+    assert np.isfinite(y).all()
+    nan_mode = matmul(a, b, partials=partials, overflow="nan")
+    assert np.isnan(nan_mode[:, :2]).all() and np.isfinite(nan_mode[:, 2]).all()
+
+
+# -- conv2d -----------------------------------------------------------------------------------------------------------
+CONV_CASES = [
+    dict(),
+    dict(stride=2, padding=1),
+    dict(stride=(1, 2), padding=(2, 0), dilation=(2, 1)),
+    dict(groups=4, padding=1),
+    dict(groups=16, padding=1),  # depthwise
+]
+
+
+def torch_conv(x, w, **kw):
+    return torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float64)), torch.from_numpy(w.astype(np.float64)),
+                                      **kw).numpy()
+
+
+@pytest.mark.parametrize("kw", CONV_CASES, ids=lambda kw: "-".join(f"{k}{v}" for k, v in kw.items()) or "plain")
+def test_conv2d_matches_torch_float64_within_bounds(kw):
+    rng = np.random.default_rng(6)
+    groups = kw.get("groups", 1)
+    x = grid(rng, (2, 16, 11, 13))
+    w = grid(rng, (32 if groups < 16 else 16, 16 // groups, 3, 3), spread=0.2)
+    exact = torch_conv(x, w, **kw)
+    abs_products = torch_conv(np.abs(x), np.abs(w), **kw)
+    k = w.shape[1] * 9
+    y = conv2d(x, w, out_format=None, **kw)
+    assert y.shape == exact.shape and y.dtype == np.float32
+    assert (np.abs(y - exact) <= float_partials_bound(abs_products, k)).all()
+    half = conv2d(x, w, partials="half", **kw)
+    assert (np.abs(half - exact) <= half_partials_bound(abs_products, k, 16)).all()
+    assert np.array_equal(half, conv2d(x, w, partials="half", **kw))
+
+
+def test_conv2d_half_partials_block_order_is_taps_then_channels():
+    """With 16 input channels and block 16, each block is one kernel tap: the result equals summing per tap."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(-40, 41, (1, 16, 6, 6)).astype(np.float32)
+    w = rng.integers(-40, 41, (8, 16, 3, 3)).astype(np.float32)
+    y = conv2d(x, w, partials="half")
+    acc = np.zeros((1, 8, 4, 4), np.float32)
+    for i in range(3):
+        for j in range(3):
+            tap = np.einsum("nchw,oc->nohw", x[:, :, i:i + 4, j:j + 4].astype(np.float64), w[:, :, i, j])
+            acc = quantize((acc + tap.astype(np.float32)).astype(np.float32), "f16")
+    assert np.array_equal(y, acc)
+
+
+def test_conv2d_fp8_and_1x1():
+    rng = np.random.default_rng(8)
+    x = grid(rng, (1, 64, 5, 5), "f152", scale=-2)
+    w = grid(rng, (16, 64, 1, 1), "f152", scale=-4)
+    y = conv2d(x, w, operand_format="f152", stride=2)
+    exact = torch_conv(x, w, stride=2)
+    assert np.array_equal(y, quantize(y, "f16"))
+    assert (np.abs(y - exact) <= half_partials_bound(torch_conv(np.abs(x), np.abs(w), stride=2), 64, 32)).all()
+
+
+# -- bad input --------------------------------------------------------------------------------------------------------
+ONES = np.ones((4, 5), np.float32)
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: matmul(ONES, np.ones((4, 3), np.float32)), ValueError, ["(4, 5)", "(4, 3)", "5 vs 4", "(..., M, K)"]),
+    (lambda: matmul(ONES, np.ones(5, np.float32)), ValueError, ["(5,)", "at least 2 axes"]),
+    (lambda: matmul(np.ones((2, 4, 5), np.float32), np.ones((3, 5, 2), np.float32)), ValueError, ["broadcast"]),
+    (lambda: matmul(np.ones((4, 5), int), ONES.T), TypeError, ["int64", "float32"]),
+    (lambda: matmul(ONES, ONES.T, partials="double"), ValueError, ["'double'", "float, half"]),
+    (lambda: matmul(ONES, ONES.T, operand_format="fp8"), ValueError, ["'fp8'", "f16, f143, f152"]),
+    (lambda: matmul(ONES, ONES.T, block=0), ValueError, ["0", "positive integer"]),
+    (lambda: matmul(ONES, ONES.T, partials="half", out_format=None), ValueError, ["out_format=None", "float"]),
+    (lambda: matmul(ONES, ONES.T, out_format="f143"), ValueError, ["'f143'", "'f16' or None"]),
+    (lambda: matmul(ONES, ONES.T, rounding="stochastic"), ValueError, ["rng", "Generator"]),
+    (lambda: conv2d(np.ones((1, 6, 5, 5), np.float32), np.ones((4, 4, 3, 3), np.float32)), ValueError,
+     ["6 channels", "(4, 4, 3, 3)", "groups=1"]),
+    (lambda: conv2d(np.ones((1, 4, 5, 5), np.float32), np.ones((4, 4, 3), np.float32)), ValueError, ["(N, C, H, W)"]),
+    (lambda: conv2d(np.ones((1, 4, 2, 2), np.float32), np.ones((4, 4, 3, 3), np.float32)), ValueError, ["larger"]),
+    (lambda: conv2d(np.ones((1, 4, 5, 5), np.float32), np.ones((4, 4, 3, 3), np.float32), stride=0), ValueError,
+     ["stride", "0", ">= 1"]),
+])
+def test_bad_input_is_a_clear_error(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))

@@ -1,0 +1,194 @@
+"""The report end to end on a small fake conformance suite run with pytester: the written report, baseline failures,
+bad input refused before any test runs, xfail strictness and staleness, shards, and pytest-xdist."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.cli import main as cli_main
+
+CONFTEST = """
+pytest_plugins = ["conformance.plugin"]
+from conformance.conftest import record_check  # noqa: F401  (the real fixture)
+"""
+
+# Figures come from values.json so that a test can inject a regression; every test writes ran/<id> when its body runs.
+SUITE = """
+import json, pathlib
+import pytest
+
+VALUES = json.loads(pathlib.Path(__file__).with_name("values.json").read_text())
+CASES = [("bert-base", "fp16"), ("bert-base", "fp8"), ("resnet50", "fp8")]
+
+
+def mark_ran(request):
+    ran = pathlib.Path(__file__).with_name("ran")
+    ran.mkdir(exist_ok=True)
+    (ran / request.node.name).touch()
+
+
+@pytest.mark.parametrize("model, precision", CASES, ids=[f"{m}-{p}" for m, p in CASES])
+def test_accuracy(model, precision, record_check, request):
+    mark_ran(request)
+    snr = VALUES["snr"][f"{model}-{precision}"]
+    rec = record_check(kind="accuracy", model=model, precision=precision, check="snr_db", value=snr, target=20.0,
+                       op=">=", units="dB")
+    record_check(kind="accuracy", model=model, precision=precision, check="snr_db_info", value=snr, target=40.0,
+                 op=">=", units="dB", gating=False)
+    assert rec.passed, f"{model} {precision}: snr {snr} < 20"
+
+
+@pytest.mark.parametrize("scenario", ["Offline", "Server"])
+def test_performance(scenario, record_check, request):
+    mark_ran(request)
+    qps = VALUES["qps"][scenario]
+    rec = record_check(kind="performance", model="resnet50", precision="fp8", scenario=scenario, check="samples_per_s",
+                       value=qps, target=100.0, op=">=", units="samples/s", details={"result_valid": True})
+    assert rec.passed
+"""
+
+VALUES = {"snr": {"bert-base-fp16": 45.0, "bert-base-fp8": 30.0, "resnet50-fp8": 25.0},
+          "qps": {"Offline": 500.0, "Server": 400.0}}
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.path.joinpath("values.json").write_text(json.dumps(VALUES))
+    return pytester
+
+
+def set_values(pytester, **changes):
+    values = json.loads(json.dumps(VALUES))
+    for group, entries in changes.items():
+        values[group].update(entries)
+    pytester.path.joinpath("values.json").write_text(json.dumps(values))
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def comparable(results):
+    """What must agree between equivalent runs: tests without their durations, and the records."""
+    return ([{k: v for k, v in t.items() if k != "duration_s"} for t in results["tests"]], results["records"])
+
+
+def test_report_written_and_regression_fails_the_run(suite):
+    first = suite.path / "first"
+    result = suite.runpytest("--report-dir", str(first))
+    result.assert_outcomes(passed=5)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*= conformance =*", "conformance PASS*", "*resnet50*fp8*Offline*samples_per_s*500*PASS*"])
+    for name in ("results.json", "compliance.md", "results.csv", "results.html"):
+        assert (first / name).is_file(), name
+    results = load(first / "results.json")
+    assert results["verdict"] == "PASS" and len(results["records"]) == 8 and len(results["tests"]) == 5
+
+    same = suite.runpytest("--report-dir", str(suite.path / "same"), "--baseline", str(first / "results.json"))
+    assert same.ret == 0
+    assert load(suite.path / "same" / "results.json")["regressions"] == []
+
+    # still above the targets, so only the baseline can fail the run; the drop exceeds even cpu's loose timing tolerance
+    set_values(suite, qps={"Offline": 200.0}, snr={"bert-base-fp8": 25.0})
+    worse = suite.runpytest("--report-dir", str(suite.path / "worse"), "--baseline", str(first / "results.json"))
+    worse.assert_outcomes(passed=5)
+    assert worse.ret == 1, "a regression against the baseline fails the run"
+    worse.stdout.fnmatch_lines([
+        "REGRESSION accuracy/bert-base/fp8/-/snr_db: dropped from 30 to 25 dB*",
+        "REGRESSION performance/resnet50/fp8/Offline/samples_per_s: dropped from 500 to 200*",
+    ])
+    report = load(suite.path / "worse" / "results.json")
+    assert report["verdict"] == "FAIL" and report["exit_status"] == 1 and len(report["regressions"]) == 2
+    assert "Regressions against the baseline" in (suite.path / "worse" / "compliance.md").read_text()
+
+
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda p: ["--baseline", str(p / "missing.json")], "--baseline *missing.json: no such file"),
+        (lambda p: ["--baseline", str(p / "values.json")], "--baseline *values.json: not an ipu-conformance results file*"),
+        (lambda p: ["--report-dir", str(p / "values.json" / "out")], "--report-dir *values.json/out: cannot write there*"),
+        (lambda p: ["--shard", "3/2"], "*--shard '3/2': expected 1 <= I <= N*"),
+    ],
+)
+def test_bad_input_is_refused_before_any_test_runs(suite, make_args, message):
+    result = suite.runpytest(*make_args(suite.path))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}"])
+    assert not (suite.path / "ran").exists()
+
+
+def test_baseline_of_other_hardware_or_profile_is_refused(suite):
+    assert suite.runpytest("--report-dir", "base", "-k", "Offline").ret == 0
+    baseline = load(suite.path / "base" / "results.json")
+    baseline["settings"]["hardware"] = "ipu"
+    suite.path.joinpath("ipu.json").write_text(json.dumps(baseline))
+    result = suite.runpytest("--baseline", "ipu.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*recorded on hardware 'ipu', this run is on 'cpu'*"])
+    result = suite.runpytest("--baseline", "base/results.json", "--profile", "smoke")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*recorded with profile 'default', this run uses 'smoke'*"])
+
+
+XFAILS = """
+[temporarily-failing]
+test_accuracy[resnet50-fp8]  fixed since, entry not yet removed
+test_accuracy[bert-base-fp32]  no such precision any more
+[unsupported]
+test_performance[Server]  no batching policy yet
+"""
+
+
+def test_xfail_file_strict_in_full_profile_and_stale_warning(suite):
+    suite.path.joinpath("xfails.txt").write_text(XFAILS)
+    lenient = suite.runpytest("--xfail-file", "xfails.txt", "--report-dir", "lenient")
+    lenient.assert_outcomes(passed=3, xpassed=1, skipped=1, warnings=1)
+    assert lenient.ret == 0
+    assert ("StaleXfailWarning: xfail entry 'test_accuracy[bert-base-fp32]' (xfails.txt:4) matches no test"
+            in lenient.stdout.str())
+    results = load(suite.path / "lenient" / "results.json")
+    assert [e["test_id"] for e in results["stale_xfails"]] == ["test_accuracy[bert-base-fp32]"]
+    by_id = {t["id"].split("::")[-1]: t for t in results["tests"]}
+    assert by_id["test_performance[Server]"]["outcome"] == "skipped"
+    assert by_id["test_performance[Server]"]["xfail"]["bucket"] == "unsupported"
+
+    strict = suite.runpytest("--xfail-file", "xfails.txt", "--profile", "full")
+    assert strict.ret == 1, "in the full profile a fixed known failure fails the run"
+    assert "test_accuracy[resnet50-fp8]" in strict.stdout.str() and "XPASS(strict)" in strict.stdout.str()
+
+
+def test_shards_together_equal_the_whole_run(suite, capsys):
+    assert suite.runpytest("--report-dir", "whole").ret == 0
+    for index in (1, 2):
+        result = suite.runpytest("--report-dir", f"shard{index}", "--shard", f"{index}/2")
+        assert result.ret == 0
+        result.stdout.fnmatch_lines(["*deselected*"])
+    shares = [{t["id"] for t in load(suite.path / f"shard{i}" / "results.json")["tests"]} for i in (1, 2)]
+    assert not shares[0] & shares[1]
+    merged_path = suite.path / "merged.json"
+    status = cli_main(["report", str(suite.path / "shard1" / "results.json"), str(suite.path / "shard2" / "results.json"),
+                       "--merged-json", str(merged_path)])
+    assert status == 0
+    assert "conformance PASS" in capsys.readouterr().out
+    assert comparable(load(merged_path)) == comparable(load(suite.path / "whole" / "results.json"))
+
+
+def test_xdist_gives_the_same_records_and_one_report(suite):
+    pytest.importorskip("xdist")
+    suite.path.joinpath("xfails.txt").write_text(XFAILS)
+    args = ["-p", "xdist", "--xfail-file", "xfails.txt"]
+    serial = suite.runpytest_subprocess(*args, "-p", "no:randomly", "--report-dir", "serial")
+    parallel = suite.runpytest_subprocess(*args, "-n", "2", "--report-dir", "parallel")
+    assert serial.ret == parallel.ret == 0
+    parallel.stdout.fnmatch_lines(["*2 workers*"])
+    assert parallel.stdout.str().count("= conformance =") == 1
+    one, two = load(suite.path / "serial" / "results.json"), load(suite.path / "parallel" / "results.json")
+    assert comparable(one) == comparable(two)
+    assert one["stale_xfails"] == two["stale_xfails"] != []
+    assert (suite.path / "serial" / "compliance.md").read_text().split("## Checks")[1] == \
+        (suite.path / "parallel" / "compliance.md").read_text().split("## Checks")[1]

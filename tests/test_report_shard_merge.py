@@ -1,0 +1,104 @@
+"""``--shard i/n`` selection and merging the shards' results.json files into one table."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from conformance.report import merge, shard
+
+SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
+
+NODE_IDS = [f"conformance/test_{kind}.py::test_{kind}[{model}-{precision}]"
+            for kind in ("accuracy", "performance") for model in ("albert", "bert-base", "resnet50", "widedeep")
+            for precision in ("fp16", "fp8")] + ["conformance/test_reference.py::test_reference[bert-base]"]
+
+
+class Item:
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, len(NODE_IDS), len(NODE_IDS) + 3])
+def test_shards_cover_every_test_exactly_once(count):
+    items = [Item(n) for n in NODE_IDS]
+    seen = []
+    for index in range(1, count + 1):
+        selected, deselected = shard.split(items, shard.Shard(index, count))
+        assert len(selected) + len(deselected) == len(items)
+        seen += [i.nodeid for i in selected]
+        assert len(selected) in (len(items) // count, -(-len(items) // count)), "shares are balanced"
+    assert sorted(seen) == sorted(NODE_IDS)
+
+
+def test_shard_selection_does_not_depend_on_collection_order():
+    shuffled = NODE_IDS[:]
+    random.Random(3).shuffle(shuffled)
+    for index in (1, 2, 3):
+        a, _ = shard.split([Item(n) for n in NODE_IDS], shard.Shard(index, 3))
+        b, _ = shard.split([Item(n) for n in shuffled], shard.Shard(index, 3))
+        assert sorted(i.nodeid for i in a) == sorted(i.nodeid for i in b)
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "1/0", "a/b", "1", "", "1/2/3"])
+def test_bad_shard_is_refused(text):
+    with pytest.raises(ValueError, match="--shard"):
+        shard.parse_shard(text)
+
+
+def split_sample(count: int) -> list[tuple[str, dict]]:
+    """The sample run cut into ``count`` shard files the way ``--shard`` would have produced them."""
+    full = json.loads(SAMPLE.read_text())
+    owner = shard.shard_of([t["id"] for t in full["tests"]], count)
+    parts = []
+    for index in range(1, count + 1):
+        part = copy.deepcopy(full)
+        part["settings"]["shard"] = f"{index}/{count}"
+        part["tests"] = [t for t in full["tests"] if owner[t["id"]] == index]
+        part["records"] = [r for r in full["records"] if owner[r["test_id"]] == index]
+        part["regressions"] = [r for r in full["regressions"] if owner[r["test_id"]] == index]
+        parts.append((f"shard{index}.json", part))
+    return parts
+
+
+def test_merged_shards_equal_the_whole_run():
+    full = json.loads(SAMPLE.read_text())
+    merged = merge.merge(split_sample(3))
+    assert merged["tests"] == full["tests"]
+    assert merged["records"] == full["records"]
+    assert merged["regressions"] == full["regressions"]
+    assert merged["verdict"] == "FAIL" and "missing_shards" not in merged
+    assert [m["shard"] for m in merged["merged_from"]] == ["1/3", "2/3", "3/3"]
+
+
+def test_incomplete_split_fails_and_says_so():
+    parts = split_sample(3)
+    for _, part in parts:  # all-passing shards: only the missing one can make the verdict FAIL
+        part["verdict"] = "PASS"
+    merged = merge.merge(parts[:2])
+    assert merged["missing_shards"] == ["3/3"] and merged["verdict"] == "FAIL"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["settings"].update(profile="full"), "settings.profile"),
+        (lambda d: d["settings"].update(hardware="cpu"), "settings.hardware"),
+        (lambda d: d["git"].update(commit="f" * 40), "results of different code"),
+    ],
+)
+def test_merge_refuses_other_settings_or_commits(change, message):
+    parts = split_sample(2)
+    change(parts[1][1])
+    with pytest.raises(merge.MergeError, match=message):
+        merge.merge(parts)
+
+
+def test_merge_refuses_overlapping_files():
+    parts = split_sample(2)
+    with pytest.raises(merge.MergeError, match="the files overlap"):
+        merge.merge([parts[0], ("copy.json", parts[0][1])])
