@@ -1,0 +1,70 @@
+"""One performance run of the suite: a model at a precision on a hardware in a LoadGen scenario, as the targets say.
+
+Logs go to ``<report_dir>/loadgen/<model>-<precision>-<scenario>/`` (a temporary directory without a report directory).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
+from conformance.targets.performance import PerformanceTarget, load_performance_targets
+
+
+def _device(target: PerformanceTarget, samples: int, rows: int, max_batch: int, model_store=None):
+    from conformance.perf import systems
+    from conformance.perf.timing import default_execution
+
+    workload = systems.Workload(target.model, samples, rows)
+    if target.hardware == "ipu":
+        packed = default_execution(target.model).packed
+        return systems.simulated_ipu(target.model, target.precision, workload, max_batch * rows, packed)
+    if target.hardware == "cpu":
+        from conformance.reference import WEIGHT_SEED
+        from models import load_model
+
+        model = model_store.get(target.model) if model_store is not None else load_model(target.model, seed=WEIGHT_SEED)
+        return systems.CpuExecution(model, workload)
+    raise ValueError(f"no performance system for hardware {target.hardware!r}; expected ipu or cpu")
+
+
+def _prior(device, samples: int, batch: int) -> tuple[float, float] | None:
+    """(latency of a query of ``batch`` samples, throughput at that batch) from the timing model, for LoadGen's expected
+    latency and Offline query size; None on real hardware (nothing to predict from)."""
+    if not hasattr(device, "service_for"):
+        return None
+    occupancy, latency = device.service_for([i % samples for i in range(batch)])
+    return latency, batch / occupancy
+
+
+def run_target(target: PerformanceTarget, profile: str, report_dir: Path | None = None, model_store=None) -> ScenarioResult:
+    data = load_performance_targets()
+    if profile not in data.profiles:
+        raise ValueError(f"performance.toml has no [profiles.{profile}]; expected one of: {', '.join(data.profiles)}")
+    length = data.profiles[profile]
+    run = data.models[target.model]
+    samples = int(length.performance_samples[target.model])
+    max_batch = int(run.max_batch[target.hardware])
+    device = _device(target, samples, run.rows_per_sample, max_batch, model_store)
+    per_query = 8 if target.scenario == "MultiStream" else 1
+    query_prior = _prior(device, samples, per_query)
+    throughput_prior = _prior(device, samples, max_batch)
+    qps = target.target
+    if target.scenario == "Offline" and throughput_prior is not None:  # size the one query to last min_duration
+        qps = max(qps, throughput_prior[1])
+    settings = ScenarioSettings(
+        scenario=target.scenario,
+        min_duration_ms=length.min_duration_ms,
+        min_query_count=int(length.min_query_count[target.hardware][target.scenario]),
+        performance_sample_count=samples,
+        expected_latency_s=query_prior[0] if query_prior else 1.0,
+        target_qps=qps if target.scenario in ("Server", "Offline") else 1.0,
+        server_latency_ms=run.server_latency_ms,
+    )
+    if report_dir is not None:
+        log_dir = Path(report_dir) / "loadgen" / target.test_id
+    else:
+        log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{target.test_id}-"))
+    return run_scenario(device, settings, log_dir, max_batch=max_batch, batch_timeout_s=run.server_batch_timeout_ms / 1e3,
+                        total_sample_count=samples, name=target.test_id)

@@ -1,0 +1,62 @@
+"""Latency and throughput in MLPerf LoadGen scenarios against the targets in conformance/targets/performance.toml.
+
+One test per target of the hardware: ``test_performance[<model>-<precision>-<scenario>]``. It fails with LoadGen's
+INVALID reason or with the missed figure; a run shorter than MLPerf's 600 s that is INVALID only for its length (the
+smoke and default profiles) is recorded as not of compliant length and does not fail.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.plugin import SETTINGS_KEY
+from conformance.targets.performance import load_performance_targets
+
+
+def pytest_generate_tests(metafunc):
+    if "performance_target" not in metafunc.fixturenames:
+        return
+    settings = metafunc.config.stash[SETTINGS_KEY]
+    precisions = settings.extra.get("precisions")
+    targets = load_performance_targets().for_hardware(settings.hardware, precisions, settings.models)
+    assert targets or precisions or settings.models != (), f"no performance targets for hardware {settings.hardware!r}"
+    metafunc.parametrize("performance_target", targets, ids=[t.test_id for t in targets])
+
+
+def test_performance(performance_target, settings, model_store, record_check):
+    from conformance.perf.scenario_run import run_target
+
+    target = performance_target
+    result = run_target(target, settings.profile, settings.report_dir, model_store=model_store)
+    check, units, op = target.check
+    details = {
+        "loadgen_valid": result.valid,
+        "loadgen_invalid_reason": result.invalid_reason,
+        "loadgen_checks": result.checks,
+        "compliant_length": result.compliant_length,
+        "log_dir": result.log_dir,
+        "query_count": result.query_count,
+        "sut_errors": result.sut_errors,
+        "hardware": target.hardware,
+        "profile": settings.profile,
+    }
+    if target.scenario == "Server":
+        details["target_qps"] = target.target
+        details["server_latency_bound_ms"] = load_performance_targets().models[target.model].server_latency_ms
+        details["p99_latency_ms"] = (result.details.get("result_99.00_percentile_latency_ns") or 0) / 1e6
+    record = record_check(kind="performance", model=target.model, precision=target.precision, check=check,
+                          value=result.value, target=target.target, op=op, units=units, scenario=target.scenario,
+                          details=details)
+    reproduce = (f"pytest conformance/test_performance.py --hardware {target.hardware} --model {target.model} "
+                 f"--profile {settings.profile} -k '{target.test_id}'")
+    if result.sut_errors:
+        pytest.fail(f"{target.test_id}: the system under test raised (every query was still completed): "
+                    f"{result.sut_errors[0]}\nreproduce: {reproduce}", pytrace=False)
+    if not result.valid and not (result.length_only_invalid and not result.compliant_length):
+        pytest.fail(f"{target.test_id}: LoadGen result INVALID: {result.invalid_reason} "
+                    f"({check} {result.value} {units}; logs {result.log_dir})\nreproduce: {reproduce}", pytrace=False)
+    assert record.passed, (
+        f"{target.test_id}: {check} {result.value:.6g} {units} misses the target {op} {target.target:g} {units} "
+        f"(LoadGen {'VALID' if result.valid else 'INVALID for length: ' + result.invalid_reason}; logs {result.log_dir})"
+        f"\nreproduce: {reproduce}"
+    )
