@@ -151,15 +151,22 @@ def calibration_inputs(model, count: int) -> dict[str, np.ndarray]:
     return model.sample_inputs(count, seed=CALIBRATION_SEED)
 
 
-def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | None = None):
+def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | None = None, inputs=None):
     """Input scales of every FP8 matrix op of ``model`` (op -> operand -> scale) by ``settings.scales`` on the
-    calibration set, and a description of the calibration for the report. Skip-list names the model never calls are
-    an error (a typo in precisions.toml would otherwise silently run the op in FP8)."""
+    calibration set (or on ``inputs``, e.g. real text disjoint from the evaluation text), and a description of the
+    calibration for the report. Skip-list names the model never calls are an error (a typo in precisions.toml would
+    otherwise silently run the op in FP8)."""
     from conformance.reference import CALIBRATION_SEED, run_batched
 
-    count = samples or settings.calibration_samples
+    if inputs is None:
+        count = samples or settings.calibration_samples
+        inputs = calibration_inputs(model, count)
+        source = {"samples": count, "seed": CALIBRATION_SEED}
+    else:
+        count = len(next(iter(inputs.values())))
+        source = {"samples": count, "seed": None, "inputs": "given"}
     observer = OperandObserver(skip=settings.skip)
-    run_batched(model, calibration_inputs(model, count), max(1, min(batch_size, count)), observer)
+    run_batched(model, inputs, max(1, min(batch_size, count)), observer)
     unknown = sorted(set(settings.skip) - observer.ops_seen)
     if unknown:
         raise ValueError(
@@ -167,5 +174,5 @@ def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | Non
             f"matrix ops it calls include: {', '.join(sorted(observer.stats)[:5])} ..."
         )
     scales = observer.scales(settings.input_format, settings.scales)
-    info = {"method": settings.scales, "format": settings.input_format, "samples": count, "seed": CALIBRATION_SEED}
+    info = {"method": settings.scales, "format": settings.input_format, **source}
     return scales, info

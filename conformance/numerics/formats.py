@@ -17,9 +17,10 @@ Semantics (the IPU's, see the numerics facts in the project notes):
   +-Inf becomes NaN for FP8 in both modes and stays +-Inf for f16; NaN stays NaN.
 
 Nothing here calls ml_dtypes or gfloat: those are the tests' oracles. Round-to-nearest works on the float bit pattern:
-a 512-entry table indexed by sign and exponent gives, per element, a signed power of two ``C`` whose ulp is the target
-grid spacing at that element's binade (clamped to the subnormal spacing below the smallest normal); ``(x + C) - C`` is
-then one IEEE round-to-nearest-even onto the target grid. The loop runs over cache-sized chunks with preallocated buffers.
+integer operations on the sign and exponent fields build, per element, a signed power of two ``C`` whose ulp is the
+target grid spacing at that element's binade (clamped to the subnormal spacing below the smallest normal), and
+``(x + C) - C`` is then one IEEE round-to-nearest-even onto the grid. The loop runs over cache-sized chunks with
+preallocated buffers and in-place ufuncs.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ OVERFLOW_MODES = ("sat", "nan")
 ROUNDING_MODES = ("nearest", "stochastic")
 SCALE_RANGE = (-32, 31)
 
-# Elements per chunk: 64K float32 keeps the chunk, its table indices and constants (~1 MiB) in a core's L2 cache.
+# Elements per chunk: 64K float32 keeps the chunk, its output and the two scratch buffers (1 MiB) in a core's L2 cache.
 _CHUNK = 1 << 16
 
 
@@ -132,103 +133,83 @@ class _Container:
     def bias(self) -> int:
         return (1 << (self.exponent_bits - 1)) - 1
 
+    def bits(self, value: int):
+        return self.uint_dtype(value)
+
+    @property
+    def sign_mask(self):
+        return self.bits(1 << (self.mantissa_bits + self.exponent_bits))
+
+    @property
+    def exponent_mask(self):
+        return self.bits(((1 << self.exponent_bits) - 1) << self.mantissa_bits)
+
+    @property
+    def magnitude_mask(self):
+        return self.bits((1 << (self.mantissa_bits + self.exponent_bits)) - 1)
+
 
 _F32 = _Container(np.float32, np.uint32, 23, 8)
 _F64 = _Container(np.float64, np.uint64, 52, 11)
 
 
-@functools.lru_cache(maxsize=None)
-def _rounding_constants(fmt: str, scale: int, overflow: str, container: _Container) -> np.ndarray:
-    """Per (sign, biased exponent) of the container: the signed power of two C such that ``(x + C) - C`` rounds x to
-    the scaled grid of ``fmt`` (RNE, single rounding). Entries for binades above the format's are +-inf in NaN mode (the
-    sum becomes NaN), the format's top binade's C otherwise; the Inf/NaN entry is +-inf for FP8 (Inf -> NaN)."""
-    info = _FORMATS[fmt]
-    n_exp = 1 << container.exponent_bits
-    biased = np.arange(2 * n_exp) % n_exp
-    sign = np.where(np.arange(2 * n_exp) >= n_exp, -1.0, 1.0)
-    exponent = np.maximum(biased, 1) - container.bias
-    emin, emax, m, p = info.emin + scale, info.emax + scale, info.mantissa_bits, container.mantissa_bits
-    magnitude = np.exp2(np.clip(exponent, emin, emax) - m + p)
-    if overflow == "nan":
-        magnitude[exponent > emax] = np.inf
-    magnitude[biased == n_exp - 1] = np.exp2(emax - m + p) if info.has_inf else np.inf
-    table = (sign * magnitude).astype(container.float_dtype)
-    table.flags.writeable = False
-    return table
-
-
-def _work_buffers(n: int, dtype=np.float32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Scratch for :func:`_round_nearest_into` on up to ``n`` elements: table indices, constants, a finite mask."""
+def _work_buffers(n: int, container: _Container = _F32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scratch for :func:`_round_nearest_into` on up to ``n`` elements per call: two bit-pattern buffers, a mask."""
     chunk = max(1, min(_CHUNK, n))
-    return np.empty(chunk, np.intp), np.empty(chunk, dtype), np.empty(chunk, bool)
+    return np.empty(chunk, container.uint_dtype), np.empty(chunk, container.uint_dtype), np.empty(chunk, bool)
 
 
 def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
                         work: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
-    """RNE of contiguous float32/float64 ``x`` onto the grid, written into ``out`` (same dtype, may be ``x`` itself).
+    """RNE of contiguous float32/float64 ``x`` onto the scaled grid of ``info``, into ``out`` (may be ``x`` itself).
+
+    Per element, C = sign(x) * 2**(E + p - m), where E is x's exponent clamped to [emin + scale, emax + scale] (the
+    subnormal grid below, the top binade above), p the container's and m the format's mantissa bits: ulp(C) is the grid
+    spacing at x, so ``(x + C) - C`` is one IEEE round-to-nearest-even of x onto the grid (|x| < 2|C| keeps x + C in
+    C's binade). ``overflow``: "sat", "nan", or "unbounded" (the caller knows no value exceeds the max).
     ``work``: reusable scratch from :func:`_work_buffers` (a hot loop saves the allocations)."""
     container = _F64 if x.dtype == np.float64 else _F32
-    table = _rounding_constants(info.name, scale, overflow, container)
-    bits = x.reshape(-1).view(container.uint_dtype)
-    xs, ys = x.reshape(-1), out.reshape(-1)
-    n = xs.size
-    index, const, finite = work if work is not None else _work_buffers(n, container.float_dtype)
-    chunk = index.size
+    p, m = container.mantissa_bits, info.mantissa_bits
+    low = container.bits((info.emin + scale + container.bias) << p)
+    high = container.bits((info.emax + scale + container.bias) << p)
+    offset = container.bits((p - m) << p)
+    sign_mask, magnitude_mask, inf_bits = container.sign_mask, container.magnitude_mask, container.exponent_mask
     limit = container.float_dtype(info.max_value * 2.0**scale)
-    shift = container.mantissa_bits
-    with np.errstate(invalid="ignore"):  # inf - inf is how NaN is produced on purpose
+    limit_bits = limit.view(container.uint_dtype)
+    xs, ys = x.reshape(-1), out.reshape(-1)
+    x_bits, y_bits = xs.view(container.uint_dtype), ys.view(container.uint_dtype)
+    n = xs.size
+    const_buf, sign_buf, mask_buf = work if work is not None else _work_buffers(n, container)
+    chunk = const_buf.size
+    with np.errstate(invalid="ignore"):  # signalling NaNs in x
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
             k = stop - start
-            xc, yc, ic, cc = xs[start:stop], ys[start:stop], index[:k], const[:k]
-            np.right_shift(bits[start:stop], shift, out=ic, casting="unsafe")
-            np.take(table, ic, out=cc, mode="clip")
-            np.add(xc, cc, out=yc)
-            np.subtract(yc, cc, out=yc)
+            xb, yc, yb = x_bits[start:stop], ys[start:stop], y_bits[start:stop]
+            const, sign, mask = const_buf[:k], sign_buf[:k], mask_buf[:k]
+            np.bitwise_and(xb, inf_bits, out=const)  # the exponent field
+            np.clip(const, low, high, out=const)
+            np.add(const, offset, out=const)
+            np.bitwise_and(xb, sign_mask, out=sign)
+            np.bitwise_or(const, sign, out=const)
+            c = const.view(container.float_dtype)
+            np.add(xs[start:stop], c, out=yc)  # +-Inf and NaN stay as they are (C is finite)
+            np.subtract(yc, c, out=yc)
             if info.has_inf:
-                # IEEE keeps the sign of a zero result (-1e-9 -> -0.0); (x + C) - C gives +0 but C carries x's sign.
-                np.copysign(yc, cc, out=yc)
+                np.bitwise_or(yb, sign, out=yb)  # IEEE zero results keep x's sign; (x + C) - C gives +0
             if overflow == "nan":
-                # A round-up into the binade above the top one (e.g. 248 -> 256 for F143) is caught by a second look-up on
-                # the result: that binade's C is +-inf, so C - C is NaN there and 0 elsewhere; y - 0 keeps y (and -0.0).
-                np.right_shift(ys[start:stop].view(container.uint_dtype), shift, out=ic, casting="unsafe")
-                np.take(table, ic, out=cc, mode="clip")
-                np.subtract(cc, cc, out=cc)
-                np.subtract(yc, cc, out=yc)
-            elif info.has_inf:
-                fc = finite[:k]
-                np.isfinite(yc, out=fc)
-                np.clip(yc, -limit, limit, out=yc, where=fc)
-            else:
-                np.clip(yc, -limit, limit, out=yc)
-
-
-def _round_partials_f16(y: np.ndarray, overflow: str, work) -> None:
-    """In-place RNE of a contiguous float32 accumulator to FP16, the kernels' hot loop: ``overflow`` is "sat", "nan"
-    or "unbounded" (the caller knows no value can exceed the max: no clipping). A zero result is +0 whatever the sign
-    of the sum (the sign of a zero partial is not modelled)."""
-    table = _rounding_constants("f16", 0, "nan" if overflow == "nan" else "sat", _F32)
-    flat = y.reshape(-1)
-    bits = flat.view(np.uint32)
-    index, const, finite = work
-    chunk = index.size
-    with np.errstate(invalid="ignore"):
-        for start in range(0, flat.size, chunk):
-            stop = min(flat.size, start + chunk)
-            yc, ic, cc = flat[start:stop], index[: stop - start], const[: stop - start]
-            np.right_shift(bits[start:stop], 23, out=ic, casting="unsafe")
-            np.take(table, ic, out=cc, mode="clip")
-            np.add(yc, cc, out=yc)
-            np.subtract(yc, cc, out=yc)
-            if overflow == "nan":
-                np.right_shift(bits[start:stop], 23, out=ic, casting="unsafe")
-                np.take(table, ic, out=cc, mode="clip")
-                np.subtract(cc, cc, out=cc)
-                np.subtract(yc, cc, out=yc)
+                np.bitwise_and(yb, magnitude_mask, out=const)
+                np.greater(const, limit_bits, out=mask)  # finite overflow, +-Inf and NaN
+                if info.has_inf:
+                    mask &= const != inf_bits  # f16 keeps +-Inf
+                if mask.any():
+                    np.copyto(yc, np.nan, where=mask)
             elif overflow == "sat":
-                fc = finite[: stop - start]
-                np.isfinite(yc, out=fc)
-                np.clip(yc, -65504.0, 65504.0, out=yc, where=fc)
+                np.isinf(yc, out=mask)
+                infinite = mask.any()
+                np.clip(yc, -limit, limit, out=yc)
+                if infinite:  # f16 keeps +-Inf; FP8 has none: NaN
+                    yc[mask] = np.copysign(np.inf, yc[mask]) if info.has_inf else np.nan
 
 
 def _round_stochastic(x: np.ndarray, info: FormatInfo, scale: int, overflow: str, rng: np.random.Generator) -> np.ndarray:

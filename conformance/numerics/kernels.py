@@ -25,7 +25,7 @@ from scipy.linalg.blas import sgemm as _sgemm
 from threadpoolctl import ThreadpoolController
 
 from conformance.numerics.formats import FORMAT_NAMES, OVERFLOW_MODES, ROUNDING_MODES, _check_choice, _check_rng
-from conformance.numerics.formats import _round_partials_f16, _work_buffers, format_info, round_inplace
+from conformance.numerics.formats import _round_nearest_into, _work_buffers, format_info, round_inplace
 
 PARTIALS = ("float", "half")
 OUT_FORMATS = ("f16", None)
@@ -94,12 +94,13 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     out = np.zeros((nbatch, m, n), np.float32)
     mode = overflow if (overflow == "nan" or _saturation_possible(a, b)) else "unbounded"
     work = _work_buffers(_TILE)
+    f16 = format_info("f16")
 
     def round_partials(acc: np.ndarray) -> None:
         if rounding == "stochastic":
             round_inplace(acc, "f16", overflow=overflow, rounding=rounding, rng=rng)
         else:
-            _round_partials_f16(acc, mode, work)
+            _round_nearest_into(acc, acc, f16, 0, mode, work)
 
     with _blas_threads().limit(limits=1, user_api="blas"):
         if m * n >= _TILE // 2:

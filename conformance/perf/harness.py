@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from conformance.perf.sut import BatchingSUT, Device
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
@@ -213,4 +215,8 @@ def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | Non
     result.sut_errors = load_errors + list(sut.errors)
     result.issued, result.completed, result.wall_s = sut.issued, sut.completed, wall
     result.details["batches"] = sut.batches
+    if sut.lateness:  # completions later than the simulated device's due time: the host's scheduling, not the device
+        late = np.sort(np.asarray(sut.lateness)) * 1e3
+        result.details["completion_lateness_ms"] = {"median": float(late[len(late) // 2]),
+                                                    "p90": float(late[int(len(late) * 0.9)]), "max": float(late[-1])}
     return result
