@@ -24,9 +24,9 @@ FP8_MAX = {"f143": 240.0, "f152": 57344.0}
 SCALE_MIN, SCALE_MAX = -32, 31
 # How many scales below the amax scale the MSE search tries: 8 binades of extra resolution for the small values.
 MSE_WINDOW = 8
-# Values per tensor the MSE search evaluates (an evenly strided subsample of everything observed).
+# Values per tensor the MSE search evaluates (a seeded sample of everything observed).
 MSE_SAMPLE = 1 << 16
-# Values kept per observed call (strided), so long calibration runs do not hold whole activations.
+# Values kept per observed call (a seeded sample), so long calibration runs do not hold whole activations.
 OBSERVE_PER_CALL = 1 << 13
 
 
@@ -49,10 +49,24 @@ def amax_scale(amax: float, fmt: str) -> int:
     return int(np.clip(s, SCALE_MIN, SCALE_MAX))
 
 
-def _strided(x: np.ndarray, count: int) -> np.ndarray:
-    flat = np.asarray(x, np.float32).ravel()
-    step = max(1, flat.size // count)
-    return flat[::step][:count]
+def sample_values(x, count: int) -> np.ndarray:
+    """Up to ``count`` values of ``x`` at positions drawn once per size (seeded, so two tensors of one shape are
+    sampled at the same positions). A strided subsample would alias with the feature axis (a stride of 48 over
+    rows of 384 features sees 8 of them) and miss the outlier features that decide a scale."""
+    flat = np.asarray(x, np.float32).reshape(-1)
+    if flat.size <= count:
+        return flat.copy()
+    return flat[_positions(flat.size, count)]
+
+
+_POSITIONS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _positions(size: int, count: int) -> np.ndarray:
+    key = (size, count)
+    if key not in _POSITIONS:
+        _POSITIONS[key] = np.sort(np.random.default_rng([size, count]).choice(size, count, replace=False))
+    return _POSITIONS[key]
 
 
 def mse_scale(values, fmt: str, amax: float | None = None, window: int = MSE_WINDOW) -> int:
@@ -60,7 +74,7 @@ def mse_scale(values, fmt: str, amax: float | None = None, window: int = MSE_WIN
     ``quantize(values, fmt, scale=s)`` (saturating); ties go to the larger scale (less clipping)."""
     from conformance.numerics import quantize
 
-    values = _strided(values, MSE_SAMPLE)
+    values = sample_values(values, MSE_SAMPLE)
     if amax is None:
         amax = float(np.max(np.abs(values))) if values.size else 0.0
     top = amax_scale(amax, fmt)
@@ -93,7 +107,7 @@ class _OperandStats:
     def add(self, x: np.ndarray) -> None:
         if x.size:
             self.amax = max(self.amax, float(np.max(np.abs(x))))
-            self.pieces.append(_strided(x, OBSERVE_PER_CALL))
+            self.pieces.append(sample_values(x, OBSERVE_PER_CALL))
 
     def values(self) -> np.ndarray:
         return np.concatenate(self.pieces) if self.pieces else np.zeros(0, np.float32)

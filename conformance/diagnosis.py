@@ -6,8 +6,9 @@ healthy low-precision run grows slowly layer after layer; a broken op (a wrong F
 shows as a sudden drop. :func:`first_jump` names the first op whose SNR falls more than JUMP_DB below the lowest SNR
 of every op before it.
 
-Recorders keep a fixed strided subsample of each output (the same positions in both runs), so diagnosing a
-1024-token RoFormer does not hold gigabytes of activations.
+Recorders keep a seeded sample of each output's values (the same positions in both runs), so diagnosing a
+1024-token RoFormer does not hold gigabytes of activations. FP32 values beyond the FP16 range (attention masks of
+-3.4e38) are compared after saturation to +-65504, which is how any FP16 device holds them.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from conformance.calibration import sample_values
 from conformance.metrics import SNR_IDENTICAL_DB
 
 # A drop of this many dB below the running minimum is a jump: 10 dB is a tenfold increase in error power in one op.
 JUMP_DB = 10.0
+FP16_MAX = 65504.0
 # Values of each op's output kept by the recorders.
 SUBSAMPLE = 1 << 15
 
 
 class SubsampleRecorder:
-    """Ops recorder that keeps, per op name (repeated names get ``#2``, ``#3``...), a strided subsample of the output."""
+    """Ops recorder that keeps, per op name (repeated names get ``#2``, ``#3``...), a sample of the output's values."""
 
     def __init__(self, subsample: int = SUBSAMPLE):
         self.subsample = subsample
@@ -37,9 +40,7 @@ class SubsampleRecorder:
         n = self._calls.get(name, 0) + 1
         self._calls[name] = n
         key = name if n == 1 else f"{name}#{n}"
-        flat = np.asarray(y).ravel()
-        step = max(1, flat.size // self.subsample)
-        self.outputs[key] = np.array(flat[::step][: self.subsample], dtype=np.float64)
+        self.outputs[key] = sample_values(y, self.subsample).astype(np.float64)
         self.order.append(key)
 
 
@@ -47,6 +48,7 @@ def _snr(ref: np.ndarray, hw: np.ndarray) -> float | None:
     """SNR in dB of two recorded outputs; None when the hardware output has non-finite values."""
     if ref.shape != hw.shape:
         return None
+    ref = np.clip(ref, -FP16_MAX, FP16_MAX)
     if not np.all(np.isfinite(hw)):
         return None
     signal = float(np.sum(ref * ref))

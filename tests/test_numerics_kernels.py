@@ -23,7 +23,8 @@ def half_partials_bound(abs_products: np.ndarray, k: int, block: int) -> np.ndar
     """The bound documented in kernels.py: nb = ceil(k / block) steps, each an FP32 add and an FP16 rounding of the
     running partial, after FP32 block sums of `block` products."""
     nb = -(-k // block)
-    return ((1 + U16) ** nb * (1 + U32) ** (nb + block - 1) - 1) * abs_products + nb * F16_HALF_SUBNORMAL
+    growth = ((1 + U16) * (1 + U32)) ** nb
+    return ((1 + U16) ** nb * (1 + U32) ** (nb + block - 1) - 1) * abs_products + nb * F16_HALF_SUBNORMAL * growth
 
 
 def grid(rng, shape, fmt="f16", scale=0, spread=1.0):

@@ -160,14 +160,15 @@ def _work_buffers(n: int, container: _Container = _F32) -> tuple[np.ndarray, np.
 
 
 def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
-                        work: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+                        work: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, signed_zero: bool = True) -> None:
     """RNE of contiguous float32/float64 ``x`` onto the scaled grid of ``info``, into ``out`` (may be ``x`` itself).
 
     Per element, C = sign(x) * 2**(E + p - m), where E is x's exponent clamped to [emin + scale, emax + scale] (the
     subnormal grid below, the top binade above), p the container's and m the format's mantissa bits: ulp(C) is the grid
     spacing at x, so ``(x + C) - C`` is one IEEE round-to-nearest-even of x onto the grid (|x| < 2|C| keeps x + C in
     C's binade). ``overflow``: "sat", "nan", or "unbounded" (the caller knows no value exceeds the max).
-    ``work``: reusable scratch from :func:`_work_buffers` (a hot loop saves the allocations)."""
+    ``work``: reusable scratch from :func:`_work_buffers` (a hot loop saves the allocations). ``signed_zero=False``
+    skips giving f16 zero results x's sign (they are +0), one pass less for the kernels' partials."""
     container = _F64 if x.dtype == np.float64 else _F32
     p, m = container.mantissa_bits, info.mantissa_bits
     low = container.bits((info.emin + scale + container.bias) << p)
@@ -195,7 +196,7 @@ def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale:
             c = const.view(container.float_dtype)
             np.add(xs[start:stop], c, out=yc)  # +-Inf and NaN stay as they are (C is finite)
             np.subtract(yc, c, out=yc)
-            if info.has_inf:
+            if info.has_inf and signed_zero:
                 np.bitwise_or(yb, sign, out=yb)  # IEEE zero results keep x's sign; (x + C) - C gives +0
             if overflow == "nan":
                 np.bitwise_and(yb, magnitude_mask, out=const)

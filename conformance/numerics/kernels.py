@@ -6,6 +6,10 @@
 * ``partials="half"``: K is cut into blocks of ``block``; each block's products are summed in FP32 and added in FP32 to
   the running FP16 partial, which is rounded back to FP16 after every block (nearest or stochastic, saturating).
   The hardware's block size and order are not public; this is a model (see ``DEFAULT_BLOCK``), compare with tolerances.
+* Error of half partials (tested), while nothing saturates: with nb = ceil(K / block), u16 = 2**-11, u32 = 2**-24,
+  ``|half - exact| <= ((1 + u16)**nb * (1 + u32)**(nb + block - 1) - 1) * (|a| @ |b|)
+  + nb * 2**-25 * ((1 + u16) * (1 + u32))**nb``; the last term covers roundings into FP16's subnormal range. Float
+  partials: ``|float - exact| <= K u32 / (1 - K u32) * (|a| @ |b|)`` before the final FP16 rounding.
 * FP8 operands (``operand_format="f143"``/``"f152"``) force half partials and an FP16 result whatever ``partials`` and
   ``out_format`` say, as poplibs does for quarter inputs.
 * The result is rounded to FP16 (``out_format="f16"``, the IPU's output type for half/quarter inputs) with
@@ -100,7 +104,7 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
         if rounding == "stochastic":
             round_inplace(acc, "f16", overflow=overflow, rounding=rounding, rng=rng)
         else:
-            _round_nearest_into(acc, acc, f16, 0, mode, work)
+            _round_nearest_into(acc, acc, f16, 0, mode, work, signed_zero=False)
 
     with _blas_threads().limit(limits=1, user_api="blas"):
         if m * n >= _TILE // 2:

@@ -12,19 +12,20 @@ from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scena
 from conformance.targets.performance import PerformanceTarget, load_performance_targets
 
 
-def _device(target: PerformanceTarget, samples: int, rows: int, max_batch: int, model_store=None):
+def _device(target: PerformanceTarget, samples: int, rows: int, max_batch: int, model_store=None, backend=None):
+    from conformance.hardware import get_backend
     from conformance.perf import systems
     from conformance.perf.timing import default_execution
+    from conformance.reference import WEIGHT_SEED
+    from models import load_model
 
+    model = model_store.get(target.model) if model_store is not None else load_model(target.model, seed=WEIGHT_SEED)
     workload = systems.Workload(target.model, samples, rows)
     if target.hardware == "ipu":
         packed = default_execution(target.model).packed
-        return systems.simulated_ipu(target.model, target.precision, workload, max_batch * rows, packed)
+        backend = backend if backend is not None and backend.name == "ipu" else get_backend("ipu")
+        return systems.simulated_ipu(model, backend, target.precision, workload, max_batch * rows, packed)
     if target.hardware == "cpu":
-        from conformance.reference import WEIGHT_SEED
-        from models import load_model
-
-        model = model_store.get(target.model) if model_store is not None else load_model(target.model, seed=WEIGHT_SEED)
         return systems.CpuExecution(model, workload)
     raise ValueError(f"no performance system for hardware {target.hardware!r}; expected ipu or cpu")
 
@@ -38,7 +39,8 @@ def _prior(device, samples: int, batch: int) -> tuple[float, float] | None:
     return latency, batch / occupancy
 
 
-def run_target(target: PerformanceTarget, profile: str, report_dir: Path | None = None, model_store=None) -> ScenarioResult:
+def run_target(target: PerformanceTarget, profile: str, report_dir: Path | None = None, model_store=None,
+               backend=None) -> ScenarioResult:
     data = load_performance_targets()
     if profile not in data.profiles:
         raise ValueError(f"performance.toml has no [profiles.{profile}]; expected one of: {', '.join(data.profiles)}")
@@ -46,7 +48,7 @@ def run_target(target: PerformanceTarget, profile: str, report_dir: Path | None 
     run = data.models[target.model]
     samples = int(length.performance_samples[target.model])
     max_batch = int(run.max_batch[target.hardware])
-    device = _device(target, samples, run.rows_per_sample, max_batch, model_store)
+    device = _device(target, samples, run.rows_per_sample, max_batch, model_store, backend)
     per_query = 8 if target.scenario == "MultiStream" else 1
     query_prior = _prior(device, samples, per_query)
     throughput_prior = _prior(device, samples, max_batch)

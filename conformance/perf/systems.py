@@ -8,7 +8,6 @@ sample per row would measure Python, not the device.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -60,20 +59,21 @@ class Samples:
 
 # -- ipu: the timing model on a real-time timeline ---------------------------------------------------------------------
 class ServiceTimes:
-    """Occupancy and latency of a device batch of ``n`` units (samples, rows or packs) from the timing model, traced at
-    powers of two up to ``max_units`` and interpolated linearly in between (time is close to linear in the batch)."""
+    """Occupancy and latency of a device batch of ``n`` units (samples, rows or packs) of ``model`` from the timing model,
+    traced at powers of two up to ``max_units`` and interpolated linearly in between (time is close to linear in the
+    batch)."""
 
-    def __init__(self, model: str, precision: str, max_units: int, device: str = "c600", overrides: dict | None = None):
-        from conformance.perf.predict import predict
-        from conformance.perf.timing import default_execution
+    def __init__(self, model, precision: str, max_units: int, device: str = "c600"):
+        from conformance.perf.timing import TimingModel, default_execution
+        from conformance.perf.trace import trace_model
 
-        execution = default_execution(model, packed=False)
-        sizes = sorted({1, max_units, *[2 ** k for k in range(0, max(int(max_units).bit_length(), 1)) if 2 ** k <= max_units]})
-        self.sizes = sizes
+        timing = TimingModel(device)
+        execution = default_execution(model.name, packed=False)
+        self.sizes = sorted({1, int(max_units), *[2 ** k for k in range(int(max_units).bit_length()) if 2 ** k <= max_units]})
         self.occupancy = []
         self.latency = []
-        for n in sizes:
-            t = predict(model, n, precision, device, overrides=overrides, execution=execution).time
+        for n in self.sizes:
+            t = timing.batch_time(trace_model(model, n, precision), execution)
             self.occupancy.append(t.per_batch_s)
             self.latency.append(t.latency_s)
 
@@ -93,7 +93,7 @@ class SimulatedIpu(ServiceTimeDevice):
         self.ops_factory = ops_factory
         self.seq_len = getattr(model.config, "seq_len", None)
         self.lengths = self.samples.sequence_lengths() if packed else None
-        self.times = ServiceTimes(model.name, precision, max_units)
+        self.times = ServiceTimes(model, precision, max_units)
         super().__init__(self.times, responses={})
 
     def units(self, indices) -> int:
@@ -140,22 +140,17 @@ def ipu_ops_factory(backend, model, precision: str):
     return lambda: backend.make_ops(model, precision)
 
 
-@lru_cache(maxsize=16)
-def _simulated(model_name: str, precision: str, performance_samples: int, rows_per_sample: int, max_units: int, packed: bool):
-    from conformance.hardware import get_backend
-    from conformance.reference import WEIGHT_SEED
-    from models import load_model
-
-    model = load_model(model_name, seed=WEIGHT_SEED)
-    backend = get_backend("ipu")
-    device = SimulatedIpu(model, precision, Workload(model_name, performance_samples, rows_per_sample), max_units, packed,
-                          ipu_ops_factory(backend, model, precision))
-    return device
+_SIMULATED: dict[tuple, SimulatedIpu] = {}
 
 
-def simulated_ipu(model_name: str, precision: str, workload: Workload, max_units: int, packed: bool) -> SimulatedIpu:
-    """The simulated IPU for a model and precision, cached per session (its answers are computed once); its timeline
-    is reset for each run."""
-    device = _simulated(model_name, precision, workload.performance_samples, workload.rows_per_sample, max_units, packed)
+def simulated_ipu(model, backend, precision: str, workload: Workload, max_units: int, packed: bool) -> SimulatedIpu:
+    """The simulated IPU for ``model`` at ``precision``, cached per model object for the session (its answers are
+    computed once, with ``backend``'s ops: the FP8 scales the accuracy tests calibrated on the same model and backend
+    objects are reused); its timeline is reset for each run."""
+    key = (id(model), id(backend), precision, workload, max_units, packed)
+    device = _SIMULATED.get(key)
+    if device is None or device.samples.model is not model:
+        device = SimulatedIpu(model, precision, workload, max_units, packed, ipu_ops_factory(backend, model, precision))
+        _SIMULATED[key] = device
     device._free_at = 0.0
     return device

@@ -126,7 +126,7 @@ def _validity(records: list[dict]) -> str:
         details = r.get("details") or {}
         if isinstance(details.get("validity"), str):
             return details["validity"]
-        for key in ("result_valid", "valid"):
+        for key in ("loadgen_valid", "result_valid", "valid"):
             if isinstance(details.get(key), bool):
                 return "VALID" if details[key] else "INVALID"
     return ""
@@ -168,12 +168,18 @@ def mlperf_rows(results: dict) -> list[dict]:
             for r in acc + perf:
                 types.update({k: str(v) for k, v in (r.get("details") or {}).items() if k in DATA_TYPE_KEYS})
             notes = sorted({str((r.get("details") or {}).get("notes")) for r in perf if (r.get("details") or {}).get("notes")})
+            if any((r.get("details") or {}).get("compliant_length") is False for r in perf):
+                notes.append("not of compliant length (MLPerf requires 600 s)")
+            result_value = fmt(result["value"]) if result else ""
+            server_qps = [(r.get("details") or {}).get("target_qps") for r in perf]
+            if scenario == "Server" and any(q is not None for q in server_qps):
+                result_value = fmt(next(q for q in server_qps if q is not None))  # MLPerf: the QPS it is VALID at
             rows.append({
                 "SystemName": f"{hardware['name']}: {hardware.get('description', '')}",
                 "Platform": hardware["name"],
                 "Model": model,
                 "Scenario": scenario,
-                "Result": fmt(result["value"]) if result else "",
+                "Result": result_value,
                 "Accuracy": "; ".join(f"{r['check']}: {fmt(r.get('value'))}" for r in acc if r.get("gating", True)),
                 "number_of_nodes": 1,
                 "host_processor_model_name": machine.get("processor", ""),

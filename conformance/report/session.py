@@ -104,9 +104,11 @@ class ReportSession:
         stale = xfails.stale(self.xfail_entries, functions, matched, self.settings.models, MODEL_NAMES,
                              whole_suite=collected_whole_suite(items))
         self.stale = [e.to_dict() for e in stale]
-        for entry in stale:
-            warnings.warn(StaleXfailWarning(f"xfail entry {entry.test_id!r} ({entry.source}) matches no test; "
-                                            f"remove it or fix its name"))
+        for entry in stale:  # reported at the entry's line of the xfail file
+            filename, _, lineno = entry.source.rpartition(":")
+            warnings.warn_explicit(StaleXfailWarning(f"xfail entry {entry.test_id!r} ({entry.source}) matches no test; "
+                                                     f"remove it or fix its name"),
+                                   StaleXfailWarning, filename, int(lineno))
         if self.is_worker:
             self.config.workeroutput[STALE_KEY] = self.stale
         if self.shard is not None:
