@@ -40,7 +40,7 @@ def reference_half(a: np.ndarray, b: np.ndarray, block: int) -> np.ndarray:
     return acc
 
 
-# -- float partials ---------------------------------------------------------------------------------------------------
+# -- float partials ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("m, k, n", [(7, 5, 3), (64, 768, 96), (33, 1500, 17)])
 def test_float_partials_within_fp32_accumulation_bound(m, k, n):
     rng = np.random.default_rng(0)
@@ -65,7 +65,7 @@ def test_batched_matmul_broadcasts_like_numpy():
         assert (np.abs(y - exact) <= bound).all()
 
 
-# -- half partials ----------------------------------------------------------------------------------------------------
+# -- half partials -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("m, k, n, block", [(5, 64, 7, 16), (40, 300, 90, 16), (3, 50, 4, 7), (600, 96, 700, 32)])
 def test_half_partials_equal_plain_model_when_block_sums_are_exact(m, k, n, block):
     """Integer operands up to 64: products and block sums are exact in FP32, partials above 2048 are not exact in
@@ -100,7 +100,8 @@ def test_half_partials_stochastic_is_reproducible_and_within_twice_the_bound():
     first = matmul(a, b, partials="half", rounding="stochastic", rng=np.random.default_rng(9))
     again = matmul(a, b, partials="half", rounding="stochastic", rng=np.random.default_rng(9))
     assert np.array_equal(first, again)
-    assert not np.array_equal(first, matmul(a, b, partials="half", rounding="stochastic", rng=np.random.default_rng(10)))
+    other = matmul(a, b, partials="half", rounding="stochastic", rng=np.random.default_rng(10))
+    assert not np.array_equal(first, other)
     bound = half_partials_bound(np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64), 2048, 16)
     assert (np.abs(first - exact) <= 2 * bound).all()  # a stochastic rounding errs by up to one ulp, not half
 
@@ -143,7 +144,7 @@ def test_fp16_results_saturate(partials):
     assert np.isnan(nan_mode[:, :2]).all() and np.isfinite(nan_mode[:, 2]).all()
 
 
-# -- conv2d -----------------------------------------------------------------------------------------------------------
+# -- conv2d ------------------------------------------------------------------------------------------------------------
 CONV_CASES = [
     dict(),
     dict(stride=2, padding=1),
@@ -199,7 +200,7 @@ def test_conv2d_fp8_and_1x1():
     assert (np.abs(y - exact) <= half_partials_bound(torch_conv(np.abs(x), np.abs(w), stride=2), 64, 32)).all()
 
 
-# -- bad input --------------------------------------------------------------------------------------------------------
+# -- bad input ---------------------------------------------------------------------------------------------------------
 ONES = np.ones((4, 5), np.float32)
 
 

@@ -93,7 +93,8 @@ def _check_scale(info: FormatInfo, scale) -> int:
     scale = int(scale)
     if info.has_inf:
         if scale != 0:
-            raise ValueError(f"scale applies to the FP8 formats (f143, f152) only; {info.name} needs scale=0, got {scale}")
+            raise ValueError(
+                f"scale applies to the FP8 formats (f143, f152) only; {info.name} needs scale=0, got {scale}")
     elif not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
         raise ValueError(f"scale must be an integer in [{SCALE_RANGE[0]}, {SCALE_RANGE[1]}], got {scale}")
     return scale
@@ -160,7 +161,8 @@ def _work_buffers(n: int, container: _Container = _F32) -> tuple[np.ndarray, np.
 
 
 def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
-                        work: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, signed_zero: bool = True) -> None:
+                        work: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                        signed_zero: bool = True) -> None:
     """RNE of contiguous float32/float64 ``x`` onto the scaled grid of ``info``, into ``out`` (may be ``x`` itself).
 
     Per element, C = sign(x) * 2**(E + p - m), where E is x's exponent clamped to [emin + scale, emax + scale] (the
@@ -213,7 +215,8 @@ def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale:
                     yc[mask] = np.copysign(np.inf, yc[mask]) if info.has_inf else np.nan
 
 
-def _round_stochastic(x: np.ndarray, info: FormatInfo, scale: int, overflow: str, rng: np.random.Generator) -> np.ndarray:
+def _round_stochastic(x: np.ndarray, info: FormatInfo, scale: int, overflow: str,
+                      rng: np.random.Generator) -> np.ndarray:
     """Stochastic rounding of ``x`` (any float dtype) in float64: the value on the grid of each element's binade is
     ``floor(|x| / ulp) * ulp`` or one ulp more, the latter with probability ``frac(|x| / ulp)`` (one uniform draw per
     element, in C order, so a fixed Generator state reproduces the result)."""
@@ -275,15 +278,19 @@ def quantize(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: st
 
 def round_inplace(y: np.ndarray, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: str = "nearest",
                   rng=None) -> np.ndarray:
-    """Like :func:`quantize`, but rounds a C-contiguous float32 array in place (accumulators of the kernels)."""
+    """:func:`quantize` of a C-contiguous float32 array written over it (no output allocation); returns ``y``."""
     info = format_info(fmt)
     scale = _check_scale(info, scale)
-    if y.dtype != np.float32 or not y.flags.c_contiguous:
-        raise TypeError(f"round_inplace needs a C-contiguous float32 array, got {y.dtype} (contiguous: {y.flags.c_contiguous})")
+    _check_choice("overflow", overflow, OVERFLOW_MODES)
+    _check_choice("rounding", rounding, ROUNDING_MODES)
+    _check_rng(rounding, rng)
+    if not isinstance(y, np.ndarray) or y.dtype != np.float32 or not y.flags.c_contiguous or not y.flags.writeable:
+        raise TypeError(f"round_inplace needs a writeable C-contiguous float32 numpy array, got {type(y).__name__}"
+                        f" {getattr(y, 'dtype', '')}")
     if rounding == "stochastic":
-        y[...] = _round_stochastic(y, info, scale, overflow, _check_rng(rounding, rng))
+        y[...] = _round_stochastic(y, info, scale, overflow, rng)
     else:
-        _round_nearest_into(y, y, info, scale, _check_choice("overflow", overflow, OVERFLOW_MODES))
+        _round_nearest_into(y, y, info, scale, overflow)
     return y
 
 
@@ -348,7 +355,8 @@ def decode(codes, fmt: str, *, scale: int = 0) -> np.ndarray:
     scale = _check_scale(info, scale)
     arr = np.asarray(codes)
     if arr.dtype.kind not in "ui":
-        raise TypeError(f"codes must be an integer array ({np.dtype(info.code_dtype).name} for {fmt}), got dtype {arr.dtype}")
+        expected = np.dtype(info.code_dtype).name
+        raise TypeError(f"codes must be an integer array ({expected} for {fmt}), got dtype {arr.dtype}")
     if arr.dtype.itemsize * 8 > info.code_bits and arr.size:
         low, high = int(arr.min()), int(arr.max())
         if low < 0 or high >= 1 << info.code_bits:

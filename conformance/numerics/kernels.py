@@ -48,7 +48,8 @@ _F16_MAX = 65504.0
 def _float_operand(v, what: str) -> np.ndarray:
     arr = np.asarray(v)
     if arr.dtype not in (np.float16, np.float32, np.float64):
-        raise TypeError(f"{what} must be a float16, float32 or float64 array on an FP16/FP8 grid, got dtype {arr.dtype}")
+        raise TypeError(
+            f"{what} must be a float16, float32 or float64 array on an FP16/FP8 grid, got dtype {arr.dtype}")
     return arr.astype(np.float32, copy=False)
 
 
@@ -143,7 +144,8 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     a = _float_operand(a, "matmul operand a")
     b = _float_operand(b, "matmul operand b")
     if a.ndim < 2 or b.ndim < 2:
-        raise ValueError(f"matmul needs a (..., M, K) and b (..., K, N) with at least 2 axes each, got a {a.shape}, b {b.shape}")
+        raise ValueError(
+            f"matmul needs a (..., M, K) and b (..., K, N) with at least 2 axes each, got a {a.shape}, b {b.shape}")
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(
             f"matmul: a {a.shape} and b {b.shape} have different inner dimensions ({a.shape[-1]} vs {b.shape[-2]});"

@@ -217,6 +217,6 @@ def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | Non
     result.details["batches"] = sut.batches
     if sut.lateness:  # completions later than the simulated device's due time: the host's scheduling, not the device
         late = np.sort(np.asarray(sut.lateness)) * 1e3
-        result.details["completion_lateness_ms"] = {"median": float(late[len(late) // 2]),
+        result.details["completion_lateness_ms"] = {"mean": float(late.mean()), "median": float(late[len(late) // 2]),
                                                     "p90": float(late[int(len(late) * 0.9)]), "max": float(late[-1])}
     return result

@@ -1,0 +1,151 @@
+"""The accuracy gates can fail: broken numerics fail the gates they should, bad targets data is an error naming the
+line, non-finite outputs are a failed gate (never a crash), and the test matrix comes from the targets file."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance import reference, targets
+from conformance.accuracy import compute_metrics, evaluate
+from conformance.hardware import get_backend
+from conformance.hardware.ipu import IpuOps
+from models import load_model
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL_BERT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=256, seq_len=128)
+SAMPLES = 8
+
+
+@pytest.fixture(scope="module")
+def small_bert():
+    model = load_model("bert-base", **SMALL_BERT)
+    inputs = model.sample_inputs(SAMPLES, seed=reference.EVAL_SEED)
+    return model, inputs, reference.run_batched(model, inputs, SAMPLES)
+
+
+def _metrics(model, inputs, ref, ops):
+    return compute_metrics("bert-base", ref, reference.run_batched(model, inputs, SAMPLES, ops), inputs)
+
+
+def _verdicts(evaluations) -> dict[str, bool]:
+    return {e.gate.check: e.passed for e in evaluations if e.gate.gating}
+
+
+@pytest.fixture(scope="module")
+def fp8_setup(small_bert):
+    model, inputs, ref = small_bert
+    backend = get_backend("ipu")
+    plan = backend.fp8_plan(model, "fp8", batch_size=SAMPLES, calibration_samples=4)
+    sets = {"fp32": compute_metrics("bert-base", ref, ref, inputs),
+            "fp16": _metrics(model, inputs, ref, backend.make_ops(model, "fp16"))}
+    return backend, plan, sets
+
+
+def test_correct_fp8_passes_the_tensor_gates(small_bert, fp8_setup):
+    model, inputs, ref = small_bert
+    backend, plan, sets = fp8_setup
+    current = _metrics(model, inputs, ref, backend.make_ops(model, "fp8", fp8_plan=plan))
+    verdicts = _verdicts(evaluate(targets.gates_for("ipu", "bert-base", "fp8"), current, sets))
+    assert verdicts["snr_db"] and verdicts["cosine"], verdicts
+
+
+@pytest.mark.parametrize("shift, why", [(-5, "scales 2^-5 too small: activations saturate at 240 * 2^s"),
+                                        (12, "scales 2^12 too large: activations flush to zero")])
+def test_wrong_fp8_scale_fails_the_fp8_gates(small_bert, fp8_setup, shift, why):
+    model, inputs, ref = small_bert
+    backend, plan, sets = fp8_setup
+    wrong = dataclasses.replace(plan, input_scales={
+        op: {k: int(np.clip(s + shift, -32, 31)) for k, s in scales.items()} for op, scales in plan.input_scales.items()})
+    current = _metrics(model, inputs, ref, backend.make_ops(model, "fp8", fp8_plan=wrong))
+    evaluations = evaluate(targets.gates_for("ipu", "bert-base", "fp8"), current, sets)
+    verdicts = _verdicts(evaluations)
+    assert not verdicts["snr_db"] and not verdicts["cosine"], (why, verdicts)
+    assert not all(verdicts.values())
+
+
+class _NanHead(IpuOps):
+    """A broken device whose QA head returns NaN for three tokens of the first sample."""
+
+    def linear(self, x, weight, bias=None, *, name):
+        y = super().linear(x, weight, bias, name=name)
+        if name == "qa_outputs":
+            y = y.copy()
+            y[0, :3, 0] = np.nan
+        return y
+
+
+def test_nan_in_an_output_is_a_failed_gate_naming_count_and_output(small_bert):
+    model, inputs, ref = small_bert
+    backend = get_backend("ipu")
+    current = _metrics(model, inputs, ref, _NanHead(backend.policy("fp16")))
+    assert current.nonfinite == {"start_logits": 3}
+    evaluations = evaluate(targets.gates_for("ipu", "bert-base", "fp16"), current, {"fp32": current})
+    assert evaluations and not any(e.passed for e in evaluations)
+    assert all("3 in output 'start_logits'" in e.describe() for e in evaluations)
+
+
+# -- the targets data ----------------------------------------------------------------------------------------------
+def test_shipped_targets_cover_every_model_and_precision_of_ipu():
+    from models import MODEL_NAMES
+
+    backend = get_backend("ipu")
+    pairs = set(targets.matrix("ipu", MODEL_NAMES))
+    assert pairs == {(m, p) for m in MODEL_NAMES for p in backend.precisions}
+    for gate in targets.load_targets():
+        if gate.hardware == "ipu" and gate.of is not None:
+            expected = ("fp32", 0.99) if gate.precision.startswith("fp16") else ("fp16", 0.998)
+            if gate.gating:
+                assert (gate.of, gate.ratio) == expected, gate
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[ipu.bert-base.fp16]\nf1 = { of = "fp32", ratio = 0.99 }\n\n[ipu.bret.fp16]\nf1 = { min = 1 }\n',
+     r"x.toml:4: unknown model 'bret'"),
+    ('[ipu.bert-base.fp16]\nf1 = { of = "fp32", ratio = 0.99 }\nf2 = { min = 1 }\n', r"x.toml:3: unknown metric 'f2'"),
+    ('[ipu.bert-base.fp16]\n\nf1 = { of = "fp32" }\n', r"x.toml:3: f1 has no threshold"),
+    ('[ipu.bert-base.fp17]\nf1 = { min = 1 }\n', r"x.toml:1: unknown precision 'fp17'.*fp16, fp16-half-partials"),
+    ('[ipu.bert-base.fp8]\nf1 = { of = "fp16", ratio = "high" }\n', r"x.toml:2: f1.ratio = 'high' is not a number"),
+    ('[ipu.bert-base.fp8]\nf1 = { min = 1, tier = 0.9 }\n', r"x.toml:2: f1.tier only goes with a ratio"),
+    ('[tpu.bert-base.fp8]\nf1 = { min = 1 }\n', r"x.toml:1: unknown hardware 'tpu'"),
+])
+def test_targets_mistakes_name_the_line(text, message):
+    with pytest.raises(targets.TargetsError, match=message):
+        targets.parse_targets(text, "x.toml")
+
+
+def test_ratio_gate_target_is_ratio_times_the_reference_metric():
+    (gate, tier) = targets.parse_targets('[ipu.bert-base.fp16]\nf1 = { of = "fp32", ratio = 0.99, tier = 0.999 }\n')
+    assert gate.gating and not tier.gating
+    assert gate.target(0.5) == pytest.approx(0.495)
+    assert tier.target(0.5) == pytest.approx(0.4995)
+
+
+# -- the test matrix, from the data ----------------------------------------------------------------------------------
+@pytest.fixture
+def run(pytester):
+    def run(*args):
+        return pytester.runpytest_subprocess("-p", "conformance.plugin", "--rootdir", str(REPO), *args)
+
+    return run
+
+
+def test_matrix_ids_and_precision_selection(run):
+    result = run(str(REPO / "conformance" / "test_accuracy.py"), "--collect-only", "-q", "--hardware", "ipu",
+                 "--model", "bert-base,resnet50", "--precision", "fp8,fp16")
+    out = result.stdout.str()
+    for case in ("bert-base-fp16", "bert-base-fp8", "resnet50-fp16", "resnet50-fp8"):
+        assert f"test_accuracy[{case}]" in out
+    assert "fp8-weights" not in out and "half-partials" not in out
+
+
+def test_unknown_precision_is_a_usage_error_listing_the_valid_ones(run):
+    result = run("--hardware", "ipu", "--precision", "fp4")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "unknown precision(s) 'fp4'" in err
+    for name in get_backend("ipu").precisions:
+        assert name in err

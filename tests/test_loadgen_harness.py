@@ -1,0 +1,113 @@
+"""The LoadGen harness against fake devices with a known constant service time: what the real LoadGen reports must agree
+with queueing theory, an overloaded Server must be INVALID, and a raising SUT must complete every query and fail."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance.perf.closed_loop import run_closed_loop
+from conformance.perf.harness import ScenarioSettings, run_scenario
+from conformance.perf.sut import ExecutingDevice, ServiceTimeDevice
+
+SERVICE_S = 0.010  # long against thread wake-up jitter (~0.1-1 ms), short enough for quick runs
+
+
+def constant(service_s: float = SERVICE_S) -> ServiceTimeDevice:
+    return ServiceTimeDevice(lambda n: (service_s, service_s))
+
+
+def test_single_stream_latency_is_the_service_time(tmp_path):
+    result = run_scenario(constant(), ScenarioSettings("SingleStream", min_duration_ms=300, min_query_count=64,
+                                                       expected_latency_s=SERVICE_S), tmp_path)
+    assert result.valid, result.invalid_reason
+    mean_ms = result.details["result_mean_latency_ns"] / 1e6
+    late = result.details["completion_lateness_ms"]  # how late the host got round to completing (its scheduling)
+    # one query in flight: latency = service time, plus the host's wake-up delay that the SUT measured, never less
+    assert SERVICE_S * 1e3 <= mean_ms <= SERVICE_S * 1e3 * 1.1 + late["mean"] + 1.0, (mean_ms, late)
+    assert SERVICE_S * 1e3 <= result.value <= SERVICE_S * 1e3 * 1.1 + late["max"] + 1.0, (result.value, late)
+    assert result.query_count >= 64 and result.issued == result.completed
+    assert (Path(tmp_path) / "mlperf_log_summary.txt").read_text().count("Result is : VALID") == 1
+    assert not result.compliant_length  # 300 ms, not MLPerf's 600 s
+
+
+def test_offline_throughput_is_batch_over_service_time(tmp_path):
+    batch = 8
+    settings = ScenarioSettings("Offline", min_duration_ms=500, target_qps=batch / SERVICE_S)
+    result = run_scenario(constant(), settings, tmp_path, max_batch=batch)
+    assert result.valid, result.invalid_reason
+    capacity = batch / SERVICE_S
+    assert 0.85 * capacity <= result.value <= 1.01 * capacity, (result.value, capacity)
+
+
+def test_multistream_query_latency_is_one_batch(tmp_path):
+    settings = ScenarioSettings("MultiStream", min_duration_ms=200, min_query_count=20, expected_latency_s=SERVICE_S)
+    result = run_scenario(constant(), settings, tmp_path, max_batch=8)
+    assert result.details["effective_samples_per_query"] == 8
+    assert result.details["batches"] == result.query_count  # 8 samples per query fit one batch of 8
+    late = result.details["completion_lateness_ms"]
+    assert SERVICE_S * 1e3 <= result.details["result_mean_latency_ns"] / 1e6 <= SERVICE_S * 1e3 * 1.1 + late["mean"] + 1.0
+    assert result.length_only_invalid  # fewer than the 662 queries early stopping needs at p99: INVALID for length
+
+
+def test_server_within_capacity_is_valid_and_beyond_capacity_invalid(tmp_path):
+    batch = 4
+    capacity = batch / SERVICE_S  # 400 samples/s
+    ok = run_scenario(constant(), ScenarioSettings("Server", min_duration_ms=1500, min_query_count=300,
+                                                   target_qps=0.4 * capacity, server_latency_ms=100),
+                      tmp_path / "ok", max_batch=batch, batch_timeout_s=0.005)
+    assert ok.checks["perf_constraints"] is True, ok.invalid_reason
+    assert ok.details["result_99.00_percentile_latency_ns"] / 1e6 < 100
+    over = run_scenario(constant(), ScenarioSettings("Server", min_duration_ms=1500, min_query_count=300,
+                                                     target_qps=2.0 * capacity, server_latency_ms=100),
+                        tmp_path / "over", max_batch=batch, batch_timeout_s=0.005)
+    assert not over.valid
+    assert over.checks["perf_constraints"] is False
+    assert not over.length_only_invalid
+    assert "Reduce target QPS" in over.invalid_reason
+    assert over.value < 1.1 * capacity  # completed samples/s cannot exceed what the device serves
+
+
+def test_closed_loop_latency_is_clients_times_service_time():
+    result = run_closed_loop(constant(), clients=4, batch_size=2, duration_s=0.6, warmup_s=0.1)
+    assert not result.errors
+    # the device serialises the calls: QPS = batch / service, mean latency = clients x service (Little's law)
+    assert 0.9 * 2 / SERVICE_S <= result.qps <= 1.05 * 2 / SERVICE_S
+    assert 4 * SERVICE_S * 1e3 * 0.9 <= result.avg_latency_ms <= 4 * SERVICE_S * 1e3 * 1.2 + 2.0
+
+
+class FlakyDevice(ExecutingDevice):
+    """Raises on every second batch."""
+
+    def __init__(self):
+        self.calls = 0
+        super().__init__(self._execute)
+
+    def _execute(self, indices):
+        self.calls += 1
+        if self.calls % 2 == 0:
+            raise RuntimeError("device fault")
+        return [np.zeros(4, np.uint8)] * len(indices)
+
+
+@pytest.mark.parametrize("scenario", ["SingleStream", "Offline", "Server"])
+def test_a_raising_sut_completes_every_query_and_fails(tmp_path, scenario):
+    device = FlakyDevice()
+    settings = ScenarioSettings(scenario, min_duration_ms=100, min_query_count=10, target_qps=200, expected_latency_s=1e-3,
+                                server_latency_ms=50)
+    finished = threading.Event()
+    outcome = {}
+
+    def run():
+        outcome["result"] = run_scenario(device, settings, tmp_path, max_batch=4, batch_timeout_s=0.001)
+        finished.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert finished.wait(60), f"{scenario}: LoadGen did not return: a raising SUT left queries incomplete"
+    result = outcome["result"]
+    assert result.sut_errors and "device fault" in result.sut_errors[0]
+    assert result.issued == result.completed > 0
