@@ -97,6 +97,8 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     nbatch, m, k = a.shape
     n = b.shape[2]
     out = np.zeros((nbatch, m, n), np.float32)
+    if out.size == 0 or k == 0:
+        return out
     mode = overflow if (overflow == "nan" or _saturation_possible(a, b)) else "unbounded"
     work = _work_buffers(_TILE)
     f16 = format_info("f16")

@@ -11,7 +11,7 @@ import pytest
 
 from conformance.numerics import matmul, quantize
 
-ROUNDS = 5
+ROUNDS = 7
 SIZE = 16 * 1024 * 1024
 
 

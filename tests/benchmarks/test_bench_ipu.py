@@ -1,0 +1,59 @@
+"""Speed of the emulated IPU: the forward pass at fp16 (float partials) and fp8 against the FP32 forward pass of the
+same model and inputs, timed in the same run. Targets (issue): fp16 <= 1.3x, fp8 <= 3x; the ratios are printed at the
+end of the run. The encoders run 2 of their layers (every layer has the same shapes, so the per-layer ratio is the
+model's); weights are quantized once before timing (the device holds them after compilation), FP8 scales are
+calibrated once before timing."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.hardware import get_backend
+from conformance.reference import CALIBRATION_SEED, EVAL_SEED, run_batched
+from models import load_model
+
+# model -> (config overrides, samples per forward pass)
+CASES = {
+    "bert-base": ({"num_hidden_layers": 2}, 2),
+    "albert": ({"num_hidden_layers": 2}, 2),
+    "roformer": ({"num_hidden_layers": 2}, 2),
+    "conformer": ({"num_hidden_layers": 2}, 2),
+    "resnet50": ({}, 2),
+    "widedeep": ({}, 1024),
+}
+TARGETS = {"fp16": 1.3, "fp8": 3.0}
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return get_backend("ipu")
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request, backend):
+    name = request.param
+    overrides, samples = CASES[name]
+    model = load_model(name, **overrides)
+    inputs = model.sample_inputs(samples, seed=EVAL_SEED)
+    calibration = model.sample_inputs(samples, seed=CALIBRATION_SEED)
+    plan = backend.fp8_plan(model, "fp8", settings=backend.fp8_settings[name], batch_size=samples,
+                            calibration_inputs=calibration)
+    ops = {"fp16": backend.make_ops(model, "fp16"), "fp8": backend.make_ops(model, "fp8", fp8_plan=plan)}
+    for precision_ops in ops.values():  # weights quantized (and FP8 weight scales chosen) once, as at compile time
+        run_batched(model, inputs, samples, precision_ops)
+    return name, model, inputs, samples, ops
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "fp8"])
+def test_forward(benchmark, case, precision):
+    name, model, inputs, samples, ops = case
+    benchmark.group = f"ipu-forward-{name}"
+    if precision == "fp32":
+        benchmark.extra_info["role"] = "baseline"
+        run = lambda: run_batched(model, inputs, samples)  # noqa: E731
+    else:
+        benchmark.extra_info["role"] = "subject"
+        benchmark.extra_info["target"] = TARGETS[precision]
+        run = lambda: run_batched(model, inputs, samples, ops[precision])  # noqa: E731
+    outputs = benchmark.pedantic(run, rounds=3, iterations=1, warmup_rounds=0)
+    assert set(outputs) == set(model.output_names)
