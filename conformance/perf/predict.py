@@ -29,10 +29,13 @@ def load_traced_model(name: str, overrides: dict | None = None):
     from models import canonical_name
 
     key = canonical_name(name)
+    overrides = dict(overrides or {})
     try:
-        return _model(key, tuple(sorted((overrides or {}).items())))
+        return _model(key, tuple(sorted(overrides.items())))
     except TypeError as exc:  # models.base.apply_overrides: unknown field(s), listing the valid ones
         raise ValueError(f"{key}: {exc}") from None
+    except ValueError as exc:  # a value that does not parse as the field's type, or a config the model rejects
+        raise ValueError(f"{key}: config overrides {overrides} rejected: {exc}") from None
 
 
 @lru_cache(maxsize=64)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.perf.packing import first_fit
-from conformance.perf.sut import Device, ExecutingDevice, ServiceTimeDevice
+from conformance.perf.sut import ExecutingDevice, ServiceTimeDevice
 
 
 @dataclass(frozen=True)
