@@ -6,6 +6,7 @@ Logs go to ``<report_dir>/loadgen/<model>-<precision>-<scenario>/`` (a temporary
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
@@ -39,8 +40,28 @@ def _prior(device, samples: int, batch: int) -> tuple[float, float] | None:
     return latency, batch / occupancy
 
 
-def run_target(target: PerformanceTarget, profile: str, report_dir: Path | None = None, model_store=None,
-               backend=None) -> ScenarioResult:
+@dataclass
+class TargetRun:
+    """Everything a LoadGen run of a target needs: the device, the LoadGen settings, where its logs go and the SUT's
+    batching (``run_scenario``'s keyword arguments). The compliance audits run the same target with changed settings."""
+
+    target: PerformanceTarget
+    device: object
+    settings: ScenarioSettings
+    log_dir: Path | None  # None: a new temporary directory per run
+    run_options: dict
+
+    def run(self, settings: ScenarioSettings | None = None, log_dir: Path | None = None, device=None) -> ScenarioResult:
+        log_dir = log_dir if log_dir is not None else self.log_dir
+        if log_dir is None:
+            log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{self.target.test_id}-"))
+        return run_scenario(device if device is not None else self.device, settings or self.settings, log_dir,
+                            **self.run_options)
+
+
+def plan_target(target: PerformanceTarget, profile: str, report_dir: Path | None = None, model_store=None,
+                backend=None) -> TargetRun:
+    """The device and LoadGen settings of ``target`` in ``profile`` (nothing runs yet)."""
     data = load_performance_targets()
     if profile not in data.profiles:
         raise ValueError(f"performance.toml has no [profiles.{profile}]; expected one of: {', '.join(data.profiles)}")
@@ -64,9 +85,12 @@ def run_target(target: PerformanceTarget, profile: str, report_dir: Path | None 
         target_qps=qps if target.scenario in ("Server", "Offline") else 1.0,
         server_latency_ms=run.server_latency_ms,
     )
-    if report_dir is not None:
-        log_dir = Path(report_dir) / "loadgen" / target.test_id
-    else:
-        log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{target.test_id}-"))
-    return run_scenario(device, settings, log_dir, max_batch=max_batch, batch_timeout_s=run.server_batch_timeout_ms / 1e3,
-                        total_sample_count=samples, name=target.test_id)
+    log_dir = Path(report_dir) / "loadgen" / target.test_id if report_dir is not None else None
+    options = {"max_batch": max_batch, "batch_timeout_s": run.server_batch_timeout_ms / 1e3,
+               "total_sample_count": samples, "name": target.test_id}
+    return TargetRun(target, device, settings, log_dir, options)
+
+
+def run_target(target: PerformanceTarget, profile: str, report_dir: Path | None = None, model_store=None,
+               backend=None) -> ScenarioResult:
+    return plan_target(target, profile, report_dir, model_store, backend).run()
