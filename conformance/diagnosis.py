@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance.calibration import sample_values
-from conformance.metrics import SNR_IDENTICAL_DB
+from conformance.metrics import snr_db
 
 # A drop of this many dB below the running minimum is a jump: 10 dB is a tenfold increase in error power in one op.
 JUMP_DB = 10.0
@@ -51,13 +51,7 @@ def _snr(ref: np.ndarray, hw: np.ndarray) -> float | None:
     ref = np.clip(ref, -FP16_MAX, FP16_MAX)
     if not np.all(np.isfinite(hw)):
         return None
-    signal = float(np.sum(ref * ref))
-    noise = float(np.sum((hw - ref) ** 2))
-    if noise == 0.0:
-        return SNR_IDENTICAL_DB
-    if signal == 0.0:
-        return float("-inf")
-    return float(min(10.0 * np.log10(signal / noise), SNR_IDENTICAL_DB))
+    return float(snr_db(ref, hw))
 
 
 def first_jump(layer_snr, jump_db: float = JUMP_DB) -> tuple[str | None, float]:

@@ -4,8 +4,6 @@ the same number of threads. Target: numpy <= 1.5x torch."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -16,18 +14,11 @@ from transformers import Wav2Vec2ConformerConfig  # noqa: E402
 from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import Wav2Vec2ConformerEncoder  # noqa: E402
 
 from models.conformer import load  # noqa: E402
+from bench_utils import blas_threads  # noqa: E402
 
 GROUP = "conformer"
 TARGET_RATIO = 1.5
 ROUNDS = 5
-
-
-def blas_threads() -> int:
-    """Threads numpy's BLAS runs with: OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else every core this process may use."""
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Conv2dSubsampling(torch.nn.Module):

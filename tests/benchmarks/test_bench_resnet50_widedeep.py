@@ -9,8 +9,6 @@ same number of threads. Target: numpy <= 1.5x torch.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -21,17 +19,10 @@ from transformers import ResNetConfig as HFResNetConfig  # noqa: E402
 from transformers import ResNetForImageClassification  # noqa: E402
 
 from models import resnet50, widedeep  # noqa: E402
+from bench_utils import blas_threads  # noqa: E402
 
 TARGET_RATIO = 1.5
 ROUNDS = 5
-
-
-def blas_threads() -> int:
-    """Threads numpy's BLAS runs with: OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else every core this process may use."""
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _bench_numpy(benchmark, group, model, inputs):

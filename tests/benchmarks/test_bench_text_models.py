@@ -4,8 +4,6 @@ numpy model against the transformers model in torch eager (eval mode, its defaul
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -13,6 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import models  # noqa: E402
+from bench_utils import blas_threads  # noqa: E402
 
 TARGET_RATIO = 1.5
 ROUNDS = 3  # full-size models: a forward takes 0.3-3 s
@@ -22,14 +21,6 @@ TORCH_CLASSES = {
     "albert": (transformers.AlbertConfig, transformers.AlbertForQuestionAnswering, {}),
     "roformer": (transformers.RoFormerConfig, transformers.RoFormerForSequenceClassification, {"num_labels": 1}),
 }
-
-
-def blas_threads() -> int:
-    """Threads numpy's BLAS runs with: OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else every core this process may use."""
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @pytest.fixture(scope="module", params=list(TORCH_CLASSES))

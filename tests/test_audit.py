@@ -1,0 +1,255 @@
+"""The compliance audits (conformance/perf/audit.py) against fake devices under the real LoadGen: honest systems pass,
+a system that caches results fails TEST04, one whose performance-mode answers differ from its accuracy-mode answers
+fails TEST01 (unless the difference is within MLPerf's accuracy-delta rule)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance.perf import audit
+from conformance.perf.harness import ScenarioSettings, run_scenario
+from conformance.perf.sut import ServiceTimeDevice
+from conformance.targets.performance import PerformanceTarget
+
+SAMPLES = 8  # QSL samples loaded
+CLASSES = 10
+PER_SAMPLE_S = 0.004  # device time per sample: long against thread wake-up jitter (~0.1-1 ms)
+FIXED_S = 0.001  # per batch
+
+
+def service(units: int) -> tuple[float, float]:
+    busy = FIXED_S + PER_SAMPLE_S * units
+    return busy, busy
+
+
+def answers(seed: int = 0) -> dict[int, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {i: rng.standard_normal(CLASSES).astype(np.float32) for i in range(SAMPLES)}
+
+
+class HonestDevice(ServiceTimeDevice):
+    """Computes every sample it is given: time grows with the batch, whatever the samples."""
+
+    def __init__(self, responses=None):
+        super().__init__(service, responses if responses is not None else answers())
+
+
+class CachingDevice(HonestDevice):
+    """Keeps the answers of the previous batch and serves them again without computing: a batch costs only the samples
+    it has not just seen (a repeated sample comes back at once)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cached: set[int] = set()
+
+    def service_for(self, indices):
+        fresh = {i for i in indices if i not in self.cached}
+        self.cached = set(indices)
+        return service(len(fresh)) if fresh else (1e-5, 1e-5)
+
+
+def settings(scenario: str) -> ScenarioSettings:
+    if scenario == "SingleStream":
+        return ScenarioSettings("SingleStream", min_duration_ms=150, min_query_count=64, performance_sample_count=SAMPLES,
+                                expected_latency_s=FIXED_S + PER_SAMPLE_S)
+    capacity = 8 / (FIXED_S + 8 * PER_SAMPLE_S)
+    return ScenarioSettings("Offline", min_duration_ms=300, performance_sample_count=SAMPLES, target_qps=capacity)
+
+
+RUN = {"max_batch": 8, "total_sample_count": SAMPLES}
+
+
+def labels(responses: dict[int, np.ndarray]) -> dict[int, int]:
+    return {i: int(np.argmax(r)) for i, r in responses.items()}
+
+
+def top1(truth: dict[int, int]):
+    """A task metric on raw responses: top-1 accuracy against ``truth``."""
+    def score(entries):
+        return {"top1": float(np.mean([np.argmax(np.frombuffer(d, np.float32)) == truth[i] for i, d in entries]))}
+    return score
+
+
+def test01(tmp_path, scenario, device, accuracy_device, score=None):
+    config = audit.load_audit_config()
+    return audit.run_test01(device, settings(scenario), tmp_path, sampling_target=32, rng_seed=config.accuracy_log_rng_seed,
+                            tolerance=config.accuracy_delta, score=score, accuracy_device=accuracy_device, **RUN)
+
+
+# -- TEST04 -------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
+def test_test04_passes_an_honest_device(tmp_path, scenario):
+    result = audit.run_test04(HonestDevice(), settings(scenario), tmp_path, config=audit.load_audit_config(), **RUN)
+    assert result.passed, result.describe()
+    assert 0.8 < result.ratio <= result.limit, result.describe()
+    assert (tmp_path / "same_sample" / "mlperf_log_summary.txt").is_file()
+    detail = (tmp_path / "same_sample" / "mlperf_log_detail.txt").read_text()
+    assert '"key": "effective_performance_issue_same", "value": true' in detail
+
+
+@pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
+def test_test04_fails_a_caching_device(tmp_path, scenario):
+    result = audit.run_test04(CachingDevice(), settings(scenario), tmp_path, config=audit.load_audit_config(), **RUN)
+    assert not result.passed, result.describe()
+    assert result.ratio > 2 * result.limit, result.describe()
+    assert "TEST04" in result.describe() and str(tmp_path) in result.describe()
+
+
+def test_test04_issues_one_loaded_sample_only(tmp_path):
+    seen = []
+
+    class Recording(HonestDevice):
+        def start_batch(self, indices, formed_at):
+            seen.append(list(indices))
+            return super().start_batch(indices, formed_at)
+
+    device = Recording()
+    s = audit.AuditSettings.from_settings(settings("SingleStream"), issue_same_index=3)
+    run_scenario(device, s, tmp_path, **RUN)
+    assert len({i for batch in seen for i in batch}) == 1 and len(seen) >= 64
+
+
+def test_test04_bounds_follow_mlperf_verify_performance():
+    config = audit.load_audit_config()
+    assert config.speedup_limit("Offline", 1e6) == config.max_speedup == 1.10
+    assert config.speedup_limit("SingleStream", 1e9 / 1e6) == config.short_latency_max_speedup == 1.20  # 1 ms latency
+    assert config.speedup_limit("SingleStream", 1e9 / 1e3) == 1.10  # 1 us latency: the strict bound
+
+
+# -- TEST01 -------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
+def test_test01_passes_an_honest_device(tmp_path, scenario):
+    result = test01(tmp_path, scenario, HonestDevice(), HonestDevice())
+    assert result.passed and result.value == 1.0, result.describe()
+    assert result.comparison.sampled > 0 and result.fallback is None
+    assert result.accuracy.completed == SAMPLES  # accuracy mode answers every sample once
+    logged = json.loads((tmp_path / "performance" / "mlperf_log_accuracy.json").read_text())
+    assert len(logged) == result.comparison.sampled
+
+
+@pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
+def test_test01_fails_when_performance_mode_answers_differ(tmp_path, scenario):
+    truth = answers()
+    shifted = {i: truth[(i + 1) % SAMPLES] for i in truth}  # performance mode answers the neighbouring sample
+    result = test01(tmp_path, scenario, HonestDevice(shifted), HonestDevice(truth), score=top1(labels(truth)))
+    assert not result.passed, result.describe()
+    assert result.value == 0.0 and result.comparison.mismatched
+    assert result.fallback is not None and not result.fallback.passed  # and the task metric drops: no excuse
+    assert "differing qsl_idx" in result.describe()
+
+
+def test_test01_fallback_accepts_nondeterminism_within_the_accuracy_delta(tmp_path):
+    truth = answers()
+    jittered = {i: r + np.float32(1e-5) for i, r in truth.items()}  # other bytes, the same top-1 answers
+    result = test01(tmp_path, "Offline", HonestDevice(jittered), HonestDevice(truth), score=top1(labels(truth)))
+    assert result.value == 0.0 and result.fallback.passed and result.passed, result.describe()
+    assert result.fallback.metrics["top1"]["relative_delta"] == 0.0
+
+
+def test_test01_without_a_task_metric_fails_on_differing_bytes(tmp_path):
+    truth = answers()
+    jittered = {i: r + np.float32(1e-5) for i, r in truth.items()}
+    result = test01(tmp_path, "Offline", HonestDevice(jittered), HonestDevice(truth), score=None)
+    assert not result.passed and "no task metric" in result.describe()
+
+
+def test_test01_fails_when_nothing_was_sampled(tmp_path):
+    config = audit.load_audit_config()
+    result = audit.run_test01(HonestDevice(), settings("Offline"), tmp_path, sampling_target=0, rng_seed=0,
+                              tolerance=config.accuracy_delta, accuracy_device=HonestDevice(), **RUN)
+    assert result.comparison.sampled == 0 and not result.passed
+    assert "nothing was audited" in result.describe()
+
+
+def test_fresh_answers_recomputes():
+    device = HonestDevice()
+    twin = audit.fresh_answers(device)
+    assert twin is not device and twin.responses == {} and len(device.responses) == SAMPLES
+
+
+# -- pieces -------------------------------------------------------------------------------------------------------------
+def entry(qsl_idx, data: bytes, seq=0):
+    return audit.LoggedResponse(seq, qsl_idx, data)
+
+
+def test_compare_responses_counts_matches_mismatches_and_missing():
+    accuracy = [entry(0, b"\x01"), entry(1, b"\x02"), entry(2, b"\x03"), entry(2, b"\x04")]
+    performance = [entry(0, b"\x01"), entry(0, b"\x01"), entry(1, b"\x09"), entry(5, b"\x01")]
+    c = audit.compare_responses(performance, accuracy)
+    assert (c.sampled, c.matching, c.mismatched, c.missing) == (4, 2, [1], [5])
+    assert c.inconsistent_accuracy == [2] and c.fraction == 0.5 and not c.all_match
+    assert audit.compare_responses([], accuracy).fraction == 0.0
+
+
+def test_read_accuracy_log_decodes_loadgen_hex_and_rejects_bad_files(tmp_path):
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text('[\n{"seq_id" : 3, "qsl_idx" : 1, "data" : "0000803F"}\n]\n')
+    assert audit.read_accuracy_log(log) == [entry(1, np.float32(1.0).tobytes(), seq=3)]
+    with pytest.raises(audit.AccuracyLogError, match="no LoadGen accuracy log"):
+        audit.read_accuracy_log(tmp_path / "absent.json")
+    log.write_text('[{"seq_id": 0, "qsl_idx": 0, "data": "zz"}]')
+    with pytest.raises(audit.AccuracyLogError, match="entry 0"):
+        audit.read_accuracy_log(log)
+    log.write_text('{"seq_id": 0}')
+    with pytest.raises(audit.AccuracyLogError, match="expected a JSON list"):
+        audit.read_accuracy_log(log)
+
+
+def test_audit_settings_reach_loadgen():
+    import mlperf_loadgen as lg
+
+    base = settings("Offline")
+    s = audit.AuditSettings.from_settings(base, mode="AccuracyOnly").loadgen_settings()
+    assert s.mode == lg.TestMode.AccuracyOnly and s.offline_expected_qps == pytest.approx(base.target_qps)
+    s = audit.AuditSettings.from_settings(base, accuracy_log_sampling_target=7, accuracy_log_rng_seed=5).loadgen_settings()
+    assert (s.accuracy_log_sampling_target, s.accuracy_log_rng_seed, s.mode) == (7, 5, lg.TestMode.PerformanceOnly)
+    with pytest.raises(ValueError, match="outside the 8 loaded samples"):
+        audit.AuditSettings.from_settings(base, issue_same_index=SAMPLES).loadgen_settings()
+
+
+def test_matrix_applies_scenarios_and_exemptions():
+    config = audit.load_audit_config()
+    targets = [PerformanceTarget(m, "ipu", "fp16", s, 1.0) for m in ("resnet50", "bert-base")
+               for s in ("SingleStream", "MultiStream", "Server", "Offline")]
+    cases, exempt = audit.audit_matrix(targets, config)
+    ids = {c.test_id for c in cases}
+    assert "resnet50-fp16-Offline-TEST01" in ids and "resnet50-fp16-SingleStream-TEST04" in ids
+    assert "bert-base-fp16-Offline-TEST01" in ids and "bert-base-fp16-Offline-TEST04" in exempt
+    assert not any("Server" in i or "MultiStream" in i for i in ids | set(exempt))
+    assert config.models_for("smoke", ("resnet50", "bert-base")) == ("resnet50",)
+    assert config.models_for("full", ("resnet50", "bert-base")) == ("resnet50", "bert-base")
+
+
+def test_audit_config_errors_name_the_file_and_key(tmp_path):
+    good = audit.AUDIT_FILE.read_text()
+    bad = tmp_path / "audit.toml"
+    bad.write_text(good.replace('max_speedup = 1.10', 'max_speedup = 0.9'))
+    with pytest.raises(audit.AuditConfigError, match=r"audit.toml: \[TEST04\].max_speedup = 0.9"):
+        audit.load_audit_config(bad)
+    bad.write_text(good.replace('scenarios = ["Offline", "SingleStream"]', 'scenarios = ["Offline", "Streaming"]', 1))
+    with pytest.raises(audit.AuditConfigError, match="unknown scenario 'Streaming'"):
+        audit.load_audit_config(bad)
+    bad.write_text(good.replace("conformer = ", "transformer = "))
+    with pytest.raises(audit.AuditConfigError, match="unknown model 'transformer'"):
+        audit.load_audit_config(bad)
+
+
+def test_task_scorer_decodes_the_responses_loadgen_receives():
+    from conformance.hardware.ops import Ops
+    from conformance.perf import systems
+    from models import load_model
+
+    model = load_model("resnet50", seed=0, image_size=32)
+    samples = systems.Samples(model, systems.Workload("resnet50", 4))
+    outputs = model(samples.batch_inputs(range(4)), Ops())
+    responses = {i: systems._response(outputs, i, i + 1).tobytes() for i in range(4)}
+    score = audit.task_scorer(model, samples)
+    assert score([(i, responses[i]) for i in range(4)]) == {"top1_agreement": 1.0, "top5_agreement": 1.0}
+    swapped = score([(i, responses[(i + 1) % 4]) for i in range(4)])
+    assert swapped["top1_agreement"] < 1.0
+    with pytest.raises(ValueError, match="float32 values"):
+        score([(0, responses[0][:-4])])
