@@ -84,7 +84,8 @@ class AlbertForQuestionAnswering(Model):
     def input_specs(self):
         return encoder.token_input_specs(self.config.seq_len)
 
-    def forward(self, inputs, ops):
+    def encode(self, inputs, ops) -> np.ndarray:
+        """The final hidden states (B, S, H)."""
         c = self.config
         encoder.check_token_ids(self.name, inputs, c.vocab_size, c.type_vocab_size)
         mask = encoder.extended_attention_mask(inputs["attention_mask"])  # (B, 1, 1, S)
@@ -96,22 +97,33 @@ class AlbertForQuestionAnswering(Model):
             for inner in range(c.inner_group_num):
                 x = encoder.encoder_layer(ops, self.params, layer_prefix(group, inner), ALBERT_LAYER, x, mask,
                                           num_heads=c.num_attention_heads, hidden_act=c.hidden_act, eps=c.layer_norm_eps)
+        return x
+
+    def forward(self, inputs, ops):
+        x = self.encode(inputs, ops)  # (B, S, H)
         logits = encoder.linear(ops, self.params, "qa_outputs", x)  # (B, S, 2)
         return {"start_logits": np.ascontiguousarray(logits[..., 0]), "end_logits": np.ascontiguousarray(logits[..., 1])}
 
     def sample_inputs(self, batch_size: int, seed: int = 0):
         """SQuAD-like rows (see :func:`models.text.squad_like`) in the albert-base-v2 SentencePiece vocabulary layout."""
+        return self.sample_examples(batch_size, seed)[0]
+
+    def sample_examples(self, batch_size: int, seed: int = 0, seq_len: int | None = None):
+        """The rows of :meth:`sample_inputs` (at ``seq_len``, the model's by default) and their planted answers (batch, 2)."""
         vocab = text.Vocabulary.for_model(self.config.vocab_size, **text.ALBERT_VOCAB)
-        return text.squad_like(batch_size, seed, self.config.seq_len, vocab)
+        return text.squad_examples(batch_size, seed, seq_len or self.config.seq_len, vocab)
 
 
 def load(checkpoint=None, seed: int = 0, **overrides) -> AlbertForQuestionAnswering:
-    """Seeded weights at the albert-base-v2 size, or an ``AlbertForQuestionAnswering`` checkpoint directory."""
+    """Seeded weights at the albert-base-v2 size (the QA head fitted to the planted answers of the sample rows), or an
+    ``AlbertForQuestionAnswering`` checkpoint directory."""
     if checkpoint is None:
         config = apply_overrides(AlbertConfig(), overrides)
         validate(config)
         params = encoder.seeded_params(param_shapes(config), seed, ALBERT_LAYER, output_layers=("qa_outputs",))
-        return AlbertForQuestionAnswering(config, params)
+        model = AlbertForQuestionAnswering(config, params)
+        encoder.fit_seeded_span_head(model)  # the span head of a trained model (see models.encoder)
+        return model
     data, tensors = read_checkpoint(checkpoint)
     source = f"albert checkpoint {str(checkpoint)!r}"
     config = apply_overrides(encoder.config_from_json(AlbertConfig, AlbertConfig(), data, source, JSON_FIELDS), overrides)

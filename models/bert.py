@@ -90,8 +90,12 @@ class BertModel(Model):
 
     def sample_inputs(self, batch_size: int, seed: int = 0):
         """SQuAD-like rows (see :func:`models.text.squad_like`) in the bert-base-uncased vocabulary layout."""
+        return self.sample_examples(batch_size, seed)[0]
+
+    def sample_examples(self, batch_size: int, seed: int = 0, seq_len: int | None = None):
+        """The rows of :meth:`sample_inputs` (at ``seq_len``, the model's by default) and their planted answers (batch, 2)."""
         vocab = text.Vocabulary.for_model(self.config.vocab_size, **text.BERT_VOCAB)
-        return text.squad_like(batch_size, seed, self.config.seq_len, vocab)
+        return text.squad_examples(batch_size, seed, seq_len or self.config.seq_len, vocab)
 
 
 class BertForQuestionAnswering(BertModel):
@@ -109,13 +113,17 @@ CLASSES = {"BertForQuestionAnswering": BertForQuestionAnswering, "BertModel": Be
 
 
 def load(checkpoint=None, seed: int = 0, **overrides) -> BertModel:
-    """Seeded weights at the bert-base size, or a ``BertForQuestionAnswering`` / ``BertModel`` checkpoint directory
-    (told apart by the ``bert.`` prefix of the tensor names)."""
+    """Seeded weights at the bert-base size (the QA head fitted to the planted answers of the sample rows), or a
+    ``BertForQuestionAnswering`` / ``BertModel`` checkpoint directory (told apart by the ``bert.`` prefix of the tensor
+    names)."""
     if checkpoint is None:
         config = apply_overrides(BertConfig(), overrides)
         validate(config)
         params = encoder.seeded_params(param_shapes(config), seed, encoder.BERT_LAYER, output_layers=("qa_outputs",))
-        return CLASSES[config.architecture](config, params)
+        model = CLASSES[config.architecture](config, params)
+        if isinstance(model, BertForQuestionAnswering):
+            encoder.fit_seeded_span_head(model)  # the span head of a trained model (see models.encoder)
+        return model
     data, tensors = read_checkpoint(checkpoint)
     source = f"bert-base checkpoint {str(checkpoint)!r}"
     architecture = "BertForQuestionAnswering" if any(k.startswith("bert.") for k in tensors) else "BertModel"

@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from conformance.hardware.ops import FP32
 from models.base import CheckpointError, InputError, InputSpec, ParamInit
 
 # transformers' hidden_act names -> the GELU form (ACT2FN: "gelu" is the erf form, "gelu_new" the tanh approximation).
@@ -195,6 +196,63 @@ def seeded_params(shapes: dict[str, tuple[int, ...]], seed: int, names: LayerNam
                 gain = OUTPUT_GAIN if layer in output_layers else 1.0
             params[name] = init.normal(name, shape, gain / np.sqrt(shape[1]))
     return params
+
+
+# -- a QA head fitted to the planted answers --------------------------------------------------------------------------
+# A trained SQuAD model's start and end logits peak sharply at the answer. The seeded QA models get that by fitting their
+# span head (``qa_outputs``, hidden -> 2) in closed form to the answers that models.text.squad_examples plants, on the FP32
+# final hidden states of SPAN_FIT_SAMPLES generated rows (seed SPAN_FIT_SEED, disjoint from the evaluation and FP8
+# calibration seeds 0 and 1): per logit a regularised linear discriminant w = (C + ridge I)^-1 (mu_answer - mu_other)
+# over the context positions, scaled so the answer position scores SPAN_MARGIN above the mean of the other positions,
+# whose mean the bias puts at 0. The encoder weights stay as seeded; only the head is fitted.
+SPAN_FIT_SAMPLES = 6
+SPAN_FIT_SEED = 7
+SPAN_FIT_MAX_LEN = 160  # rows are cut to this many tokens while fitting (the cost grows with the length)
+SPAN_MARGIN = 12.0
+SPAN_RIDGE = 0.5  # relative to the mean variance of the hidden features
+
+
+def fit_span_head(encode, inputs: dict[str, np.ndarray], answers: np.ndarray):
+    """The (2, hidden) weight and (2,) bias of a span head whose start/end logits peak at ``answers`` ((batch, 2)
+    inclusive positions, -1 for none) on the FP32 final hidden states ``encode(inputs, ops)`` (B, S, H) of ``inputs``;
+    None when no row has an answer (sequences too short for one). Each row runs alone, cut to its attended length
+    (padding does not change the attended positions' outputs)."""
+    features, labels = [], []
+    for row in range(len(answers)):
+        length = int(np.count_nonzero(inputs["attention_mask"][row]))
+        one = {key: value[row:row + 1, :length] for key, value in inputs.items()}
+        hidden = encode(one, FP32)[0].astype(np.float64)  # (length, H)
+        context = np.flatnonzero(one["token_type_ids"][0] == 1)
+        if context.size == 0 or answers[row, 0] < 0:
+            continue
+        features.append(hidden[context])
+        labels.append(np.stack([context == answers[row, 0], context == answers[row, 1]], axis=1))
+    if not features:
+        return None
+    x = np.concatenate(features)  # (N, H)
+    y = np.concatenate(labels)  # (N, 2) bool
+    centred = x - x.mean(axis=0)
+    cov = centred.T @ centred / len(x)
+    cov[np.diag_indices_from(cov)] += SPAN_RIDGE * np.trace(cov) / len(cov)
+    weight = np.empty((2, x.shape[1]))
+    bias = np.empty(2)
+    for k in range(2):
+        hit = y[:, k]
+        w = np.linalg.solve(cov, x[hit].mean(axis=0) - x[~hit].mean(axis=0))
+        z = x @ w
+        w *= SPAN_MARGIN / (z[hit].mean() - z[~hit].mean())
+        weight[k], bias[k] = w, -(x[~hit] @ w).mean()
+    return weight.astype(np.float32), bias.astype(np.float32)
+
+
+def fit_seeded_span_head(model) -> None:
+    """Replace the seeded ``qa_outputs`` of ``model`` (a QA model with ``encode`` and ``sample_examples``) by the head
+    fitted to SPAN_FIT_SAMPLES of its own planted answers (see fit_span_head)."""
+    seq_len = min(model.config.seq_len, SPAN_FIT_MAX_LEN)
+    inputs, answers = model.sample_examples(SPAN_FIT_SAMPLES, SPAN_FIT_SEED, seq_len=seq_len)
+    fitted = fit_span_head(model.encode, inputs, answers)
+    if fitted is not None:
+        model.params["qa_outputs.weight"], model.params["qa_outputs.bias"] = fitted
 
 
 # -- inputs -----------------------------------------------------------------------------------------------------------

@@ -4,6 +4,9 @@ No real data set can be downloaded here, so the generators imitate the statistic
 token id occurs (Zipf's law), how long the sequences are and how much of each row is padding, and the segment layout.
 Every sample draws from its own random stream keyed by ``(seed, sample index)``, so the first ``n`` samples of a batch do not
 depend on the batch size.
+
+SQuAD-like rows carry a planted answer (:func:`squad_examples`) so that the seeded QA heads can be fitted to find it, as a
+trained model finds its answers (see :func:`models.encoder.fit_span_head`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ SQUAD_LENGTH_STD = 172.0
 SQUAD_QUESTION_MEAN = 13.0
 SQUAD_QUESTION_STD = 4.0
 SQUAD_MAX_QUERY = 64
+# Planted answers: SQuAD v1.1 answers are short (~3 words, most under 10 word pieces); each opens and closes with one of
+# at most SQUAD_ANSWER_WORDS reserved words (see squad_examples).
+SQUAD_ANSWER_MIN = 2
+SQUAD_ANSWER_MAX = 8
+SQUAD_ANSWER_WORDS = 1
 
 # CAIL2019-SCM fact descriptions are a few hundred to a thousand characters (one token per Chinese character); a pair
 # [CLS] A [SEP] B [SEP] is truncated to the sequence length by dropping tokens from the end of the longer text.
@@ -90,10 +98,26 @@ def _pair_row(rng, vocab: Vocabulary, len_a: int, len_b: int, seq_len: int, word
     return row_ids, row_segments, row_mask
 
 
-def squad_like(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> dict[str, np.ndarray]:
-    """SQuAD-like question/context rows: total length ~N(172, 172) clipped to [1, seq_len], a question of ~13 word pieces
-    (at most 64) then the context; rows shorter than the structure keep a prefix of [CLS] question [SEP] context [SEP]."""
-    rows = []
+def answer_words(vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
+    """The word ids that open and that close a planted answer: the rarest ranks of the vocabulary (its last ids), up to
+    SQUAD_ANSWER_WORDS of each, so the Zipf statistics of everything else barely change."""
+    count = int(np.clip((vocab.size - vocab.first_word) // 8, 1, SQUAD_ANSWER_WORDS))
+    closing = np.arange(vocab.size - count, vocab.size)
+    return closing - count, closing
+
+
+def squad_examples(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """SQuAD-like question/context rows and their answers: total length ~N(172, 172) clipped to [1, seq_len], a question
+    of ~13 word pieces (at most 64) then the context; rows shorter than the structure keep a prefix of
+    [CLS] question [SEP] context [SEP].
+
+    Each context of at least SQUAD_ANSWER_MIN tokens holds one answer span of SQUAD_ANSWER_MIN..SQUAD_ANSWER_MAX tokens at
+    a random place, entity-like: it opens with a word of :func:`answer_words`' opening set and closes with one of its
+    closing set, words that occur nowhere else in the row. Returns the inputs and the answers (batch, 2) as inclusive
+    (start, end) positions, (-1, -1) for rows without one."""
+    opening, closing = answer_words(vocab)
+    reserved = opening[0]
+    rows, answers = [], np.full((batch_size, 2), -1, np.int64)
     for index in range(batch_size):
         rng = np.random.default_rng([seed, index])
         length = int(np.clip(round(rng.normal(SQUAD_LENGTH_MEAN, SQUAD_LENGTH_STD)), 1, seq_len))
@@ -102,8 +126,20 @@ def squad_like(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> d
         context = max(length - question - 3, 0)
         ids, segments, mask = _pair_row(rng, vocab, question, context, seq_len)
         ids[length:], segments[length:], mask[length:] = vocab.pad, 0, 0
+        ids[ids >= reserved] -= 2 * opening.size  # the rare Zipf draws of answer words become ordinary words
+        if context >= SQUAD_ANSWER_MIN:
+            span = int(rng.integers(SQUAD_ANSWER_MIN, min(SQUAD_ANSWER_MAX, context) + 1))
+            start = question + 2 + int(rng.integers(0, context - span + 1))
+            end = start + span - 1
+            ids[start], ids[end] = rng.choice(opening), rng.choice(closing)
+            answers[index] = start, end
         rows.append((ids, segments, mask))
-    return _stack(rows, ("input_ids", "token_type_ids", "attention_mask"))
+    return _stack(rows, ("input_ids", "token_type_ids", "attention_mask")), answers
+
+
+def squad_like(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> dict[str, np.ndarray]:
+    """The inputs of :func:`squad_examples` (without the answers)."""
+    return squad_examples(batch_size, seed, seq_len, vocab)[0]
 
 
 def cail_like_pairs(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> dict[str, np.ndarray]:

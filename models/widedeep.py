@@ -11,6 +11,9 @@ linear term over the numeric features. Deep part: one embedding table per catego
 concatenated with the 13 numeric features, an MLP (1024-512-256, ReLU) and a linear head. The two logits are summed;
 a sigmoid gives the click probability.
 
+Seeded weights are fitted to a synthetic Criteo-like click process (see :func:`seeded_params`): the model predicts
+mostly confident low click probabilities with a tail (mean ~0.25), as a trained CTR model does.
+
 Checkpoint (``config.json`` with the :class:`WideDeepConfig` fields + ``model.safetensors``; :func:`save_checkpoint`
 writes one), tensor names, with ``F`` = feature index 0..25, ``V_F`` = ``bucket_sizes[F]``, ``D`` = embedding_dim:
 
@@ -162,17 +165,35 @@ def criteo_like_inputs(config: WideDeepConfig, batch: int, rng: np.random.Genera
 
 
 # -- seeded weights -----------------------------------------------------------------------------------------------------
-_CALIBRATION_SAMPLES = 1024
-_WIDE_LOGIT_STD = 0.5  # on Criteo-like inputs; the deep part carries most of the signal, as in a trained model
-_DEEP_LOGIT_STD = 1.0
+_CALIBRATION_SAMPLES = 4096
+_NEWTON_STEPS = 8
+_RIDGE = 1e-2  # L2 penalty of the head fit, per calibration sample (keeps the head from amplifying weak features)
+_WIDE_LOGIT_STD = 1.3  # spread of the click process's per-category (memorised) term, in logits
+_INTEREST_LOGIT_STD = 0.8  # spread of its nonlinear (generalised) term
+_TEACHER_UNITS = 4
+
+
+def _interest_inputs(config: WideDeepConfig, params, inputs) -> np.ndarray:
+    """Latent factors of a sample: its 26 category embeddings and the numeric features, each standardised: (B, 26*D+13)."""
+    ids = inputs["categorical_ids"]
+    embedded = [params[f"deep.embeddings.{f}.weight"][ids[:, f]] for f in range(config.num_categorical)]
+    return np.concatenate(embedded + [inputs["numeric_features"]], axis=1).astype(np.float64)
 
 
 def seeded_params(config: WideDeepConfig, seed: int) -> dict[str, np.ndarray]:
-    """Deterministic weights of a plausible trained model's scale: embeddings N(0, 0.05^2) (typical of trained CTR
-    tables), wide weights N(0, 1), MLP He-normal with zero biases. On 1024 Criteo-like calibration samples the wide and
-    deep logits are then scaled to std 0.5 and 1.0, and the head bias set so the mean logit is that of Criteo's click
-    rate (25.6%; mean probability ~0.29): probabilities spread over (0, 1) instead of sitting at 0.5 (~2% of samples
-    within 0.01 of it), so accuracy at 0.5 is meaningful."""
+    """Deterministic weights of a model trained on a synthetic Criteo-like click process.
+
+    The click process (fixed by ``seed``): the logit of a sample is a per-category propensity summed over its 26
+    features plus a linear term in the numeric ones (what the wide part memorises; the seeded wide weights, scaled to
+    a spread of 1.3 logits) plus a nonlinear "interest" term: a small random ReLU network (4 units) of the category
+    embeddings (N(0, 0.05^2), the latent factors) and numeric features, spread 0.8 logits. Clicks are Bernoulli.
+
+    Training in closed form: the deep tower is He-normal with zero biases and its first layer's input columns scaled
+    by 1/std of their input on the calibration samples (a trained first layer adapts to input scales; otherwise the
+    numeric features, ~50x larger than the embeddings, would drown them). The head, over the wide logit and the 256 deep
+    features, is a logistic regression (Newton steps, a small ridge) of the clicks of 4096 calibration samples. The
+    model then predicts mostly confident low click probabilities with a tail, as a trained CTR model on Criteo does.
+    """
     init = ParamInit(seed)
     params = {}
     for name, shape in param_shapes(config).items():
@@ -184,20 +205,66 @@ def seeded_params(config: WideDeepConfig, seed: int) -> dict[str, np.ndarray]:
             params[name] = init.normal(name, shape, std=float(np.sqrt(2.0 / shape[1])))
         else:
             params[name] = init.constant(shape, 0.0)
-    model = WideDeep(config, params)
     calibration = criteo_like_inputs(config, _CALIBRATION_SAMPLES, np.random.default_rng([seed, 0x43414C42]))  # "CALB"
-    logits = {}
-    model.forward(calibration, Ops(recorder=logits.__setitem__))
-    wide_scale = _WIDE_LOGIT_STD / float(logits["wide"].std())
-    deep_scale = _DEEP_LOGIT_STD / float(logits["deep.head"].std())
+
+    latent = _interest_inputs(config, params, calibration)
+    latent_mean, latent_std = latent.mean(axis=0), latent.std(axis=0) + 1e-6
+    first = "deep.mlp.0.weight"
+    params[first] = (params[first] / latent_std[None, :]).astype(np.float32)
+
+    activations = {}
+    WideDeep(config, params).forward(calibration, Ops(recorder=activations.__setitem__))
+    wide = activations["wide"].astype(np.float64).ravel()
+    wide_scale = _WIDE_LOGIT_STD / wide.std()
     for name in params:
         if name.startswith("wide."):
-            params[name] *= np.float32(wide_scale)
-    params["deep.head.weight"] *= np.float32(deep_scale)
-    mean_logit = wide_scale * float(logits["wide"].mean()) + deep_scale * float(logits["deep.head"].mean())
-    target = np.log(CRITEO_CLICK_RATE / (1 - CRITEO_CLICK_RATE))
-    params["deep.head.bias"] = np.array([target - mean_logit], np.float32)
+            params[name] = (params[name] * wide_scale).astype(np.float32)
+    wide = (wide - wide.mean()) * wide_scale
+
+    teacher_rng = np.random.default_rng([seed, 0x54434852])  # "TCHR": the click process's interest network
+    units = teacher_rng.standard_normal((latent.shape[1], _TEACHER_UNITS)) / np.sqrt(latent.shape[1])
+    hidden = np.maximum((latent - latent_mean) / latent_std @ units, 0.0)
+    interest = hidden @ teacher_rng.standard_normal(_TEACHER_UNITS)
+    interest = (interest - interest.mean()) * (_INTEREST_LOGIT_STD / interest.std())
+    true_logit = wide + interest
+    true_logit += _logit_offset(true_logit, CRITEO_CLICK_RATE)
+    clicks = (teacher_rng.random(len(true_logit)) < 1.0 / (1.0 + np.exp(-true_logit))).astype(np.float64)
+
+    last = f"deep.mlp.{len(config.hidden_sizes) - 1}.activation"
+    deep = activations[last].astype(np.float64)
+    features = np.concatenate([activations["wide"].astype(np.float64) * wide_scale, deep, np.ones((len(deep), 1))], axis=1)
+    coef = _logistic_regression(features, clicks)
+    params["wide.numeric.weight"] *= np.float32(coef[0])
+    params["wide.numeric.bias"] *= np.float32(coef[0])
+    for f in range(config.num_categorical):
+        params[f"wide.categorical.{f}.weight"] *= np.float32(coef[0])
+    params["deep.head.weight"] = coef[None, 1:-1].astype(np.float32)
+    params["deep.head.bias"] = np.array([coef[-1]], np.float32)
     return params
+
+
+def _logit_offset(logit: np.ndarray, rate: float) -> float:
+    """The shift that makes the mean of sigmoid(logit + shift) equal ``rate`` (bisection)."""
+    low, high = -20.0, 20.0
+    for _ in range(60):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if np.mean(1.0 / (1.0 + np.exp(-(logit + mid)))) < rate else (low, mid)
+    return 0.5 * (low + high)
+
+
+def _logistic_regression(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Coefficients of a ridge-penalised logistic regression of ``y`` on ``x`` (last column the intercept, not
+    penalised) by Newton's method."""
+    n, d = x.shape
+    penalty = np.full(d, _RIDGE * n)
+    penalty[-1] = 0.0
+    coef = np.zeros(d)
+    for _ in range(_NEWTON_STEPS):
+        p = 1.0 / (1.0 + np.exp(-(x @ coef)))
+        gradient = x.T @ (p - y) + penalty * coef
+        hessian = (x * (p * (1 - p))[:, None]).T @ x + np.diag(penalty)
+        coef -= np.linalg.solve(hessian, gradient)
+    return coef
 
 
 # -- checkpoints ----------------------------------------------------------------------------------------------------------

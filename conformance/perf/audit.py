@@ -9,8 +9,10 @@ systems decides (:func:`accuracy_delta`): the task metric of the sampled respons
 the same samples (MLPerf's ``create_accuracy_baseline.py``) may differ by at most 1% (-99) or 0.1% (-99.9).
 
 TEST04 (:func:`run_test04`): a performance run over the performance sample set, then one where LoadGen issues a single
-loaded sample over and over (``performance_issue_same``); the second must not score more than 10% better
-(MLPerf's ``verify_performance.py``, whose score is samples/s, or 1e9 / the early-stopping latency estimate in ns).
+loaded sample over and over (``performance_issue_same``); the second must not score more than 10% better (20% for
+SingleStream/MultiStream latencies of microseconds and more), as MLPerf's ``verify_performance.py`` decides, whose score
+is samples/s, or 1e9 / the early-stopping latency estimate in ns. A pair over the bound is measured again before the
+audit fails (host noise; a caching system fails every pair).
 
 The configuration (scenarios, seeds, bounds, exempt models) is data: ``conformance/targets/audit.toml``.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Sequence
@@ -58,6 +60,7 @@ class AuditConfig:
     max_speedup: float
     short_latency_max_speedup: float
     short_latency_score: dict  # scenario -> score at or below which the relaxed bound applies
+    remeasure: int  # times a TEST04 pair over the bound is measured again before the audit fails
     test04_exempt: dict  # model -> reason
     profile_models: dict  # profile -> models audited (profiles absent: every model)
 
@@ -110,7 +113,7 @@ def load_audit_config(path: Path = AUDIT_FILE) -> AuditConfig:
 
     t1 = section("TEST01", ("scenarios", "accuracy_log_rng_seed", "accuracy_delta", "sampling_target"))
     t4 = section("TEST04", ("scenarios", "performance_issue_same_index", "max_speedup", "short_latency_max_speedup",
-                            "short_latency_score"))
+                            "short_latency_score", "remeasure"))
     if not isinstance(t1["sampling_target"], dict) or not t1["sampling_target"]:
         fail("[TEST01].sampling_target must map profile names to response counts")
     sampling = {p: int(positive("TEST01", f"sampling_target.{p}", n)) for p, n in t1["sampling_target"].items()}
@@ -120,6 +123,9 @@ def load_audit_config(path: Path = AUDIT_FILE) -> AuditConfig:
     same_index = t4["performance_issue_same_index"]
     if isinstance(same_index, bool) or not isinstance(same_index, int) or same_index < 0:
         fail(f"[TEST04].performance_issue_same_index = {same_index!r}; expected an integer >= 0")
+    remeasure = t4["remeasure"]
+    if isinstance(remeasure, bool) or not isinstance(remeasure, int) or not 0 <= remeasure <= 3:
+        fail(f"[TEST04].remeasure = {remeasure!r}; expected an integer from 0 to 3")
     exempt = dict(t4.get("exempt", {}))
     for model, reason in exempt.items():
         if model not in MODEL_NAMES:
@@ -148,8 +154,11 @@ def load_audit_config(path: Path = AUDIT_FILE) -> AuditConfig:
         test04_scenarios=tuple(t4["scenarios"]),
         same_index=same_index,
         max_speedup=positive("TEST04", "max_speedup", t4["max_speedup"], above=1.0),
-        short_latency_max_speedup=positive("TEST04", "short_latency_max_speedup", t4["short_latency_max_speedup"], above=1.0),
-        short_latency_score={s: positive("TEST04", f"short_latency_score.{s}", v) for s, v in t4["short_latency_score"].items()},
+        short_latency_max_speedup=positive("TEST04", "short_latency_max_speedup", t4["short_latency_max_speedup"],
+                                           above=1.0),
+        remeasure=remeasure,
+        short_latency_score={s: positive("TEST04", f"short_latency_score.{s}", v)
+                             for s, v in t4["short_latency_score"].items()},
         test04_exempt=exempt,
         profile_models=profile_models,
     )
@@ -195,9 +204,10 @@ class AuditSettings(ScenarioSettings):
     issue_same_index: int | None = None  # performance_issue_same with this index into the loaded sample set
 
     @classmethod
-    def from_settings(cls, settings: ScenarioSettings, **audit) -> "AuditSettings":
+    def from_settings(cls, settings: ScenarioSettings, **changes) -> "AuditSettings":
+        """``settings`` with the audit's fields (and any scenario field) changed."""
         base = {k: getattr(settings, k) for k in ScenarioSettings.__dataclass_fields__}
-        return cls(**base, **audit)
+        return cls(**{**base, **changes})
 
     def loadgen_settings(self):
         import mlperf_loadgen as lg
@@ -242,7 +252,8 @@ def read_accuracy_log(path: Path) -> list[LoggedResponse]:
         try:
             out.append(LoggedResponse(int(entry["seq_id"]), int(entry["qsl_idx"]), bytes.fromhex(entry["data"])))
         except (KeyError, TypeError, ValueError) as exc:
-            raise AccuracyLogError(f"{path}: entry {i} is not {{seq_id, qsl_idx, data: hex}} ({exc!r}): {entry!r:.200}") from None
+            raise AccuracyLogError(f"{path}: entry {i} is not {{seq_id, qsl_idx, data: hex}} ({exc!r}): "
+                                   f"{entry!r:.200}") from None
     return out
 
 
@@ -321,7 +332,10 @@ def accuracy_delta(score: Scorer | None, performance: Sequence[LoggedResponse], 
     table, passed = {}, True
     for name, reference in acc_metrics.items():
         value = perf_metrics.get(name)
-        delta = math.inf if value is None or not math.isfinite(value) else abs(value - reference) / max(abs(reference), 1e-12)
+        if value is None or not math.isfinite(value):
+            delta = math.inf
+        else:
+            delta = abs(value - reference) / max(abs(reference), 1e-12)
         table[name] = {"performance": value, "accuracy": reference, "relative_delta": delta}
         passed = passed and delta <= tolerance
     reason = "" if passed else "task metric differs by more than {:.3g}%".format(tolerance * 100)
@@ -382,7 +396,8 @@ class Test01Result:
     def details(self) -> dict:
         c = self.comparison
         out = {
-            "sampled_responses": c.sampled, "matching_responses": c.matching, "mismatched_qsl_idx": sorted(set(c.mismatched)),
+            "sampled_responses": c.sampled, "matching_responses": c.matching,
+            "mismatched_qsl_idx": sorted(set(c.mismatched)),
             "missing_qsl_idx": sorted(set(c.missing)), "inconsistent_accuracy_qsl_idx": c.inconsistent_accuracy,
             "sampling_target": self.sampling_target, "performance_log_dir": self.performance.log_dir,
             "accuracy_log_dir": self.accuracy.log_dir, "accuracy_mode_samples": self.accuracy.completed,
@@ -441,6 +456,7 @@ class Test04Result:
     limit: float
     same_index: int
     notes: list = field(default_factory=list)
+    earlier_ratios: list = field(default_factory=list)  # pairs over the bound that were measured again
 
     @property
     def ratio(self) -> float | None:
@@ -474,6 +490,7 @@ class Test04Result:
             "reference_loadgen_valid": self.reference.valid, "same_sample_loadgen_valid": self.same_sample.valid,
             "reference_query_count": self.reference.query_count, "same_sample_query_count": self.same_sample.query_count,
             "sut_errors": self.reference.sut_errors + self.same_sample.sut_errors, "notes": self.notes,
+            "earlier_ratios": self.earlier_ratios,
         }
 
 
@@ -481,7 +498,10 @@ def run_test04(device, settings: ScenarioSettings, log_dir: Path, *, config: Aud
                **run_options) -> Test04Result:
     """TEST04 of ``device`` in ``settings.scenario``: logs in ``log_dir/reference`` and ``log_dir/same_sample``.
     ``warmup`` runs the reference once before it is measured (logs in ``log_dir/warmup``): the first LoadGen run of a
-    process is some 10% slower (threads and caches start cold), which would make the repeated sample look faster."""
+    process is some 10% slower (threads and caches start cold), which would make the repeated sample look faster.
+    A pair of runs over the bound is measured again up to ``config.remeasure`` times (``log_dir/remeasure-<n>/``), as
+    an MLPerf submitter reruns a compliance test: the audit fails only when every pair does. A system that caches fails
+    every pair; host noise (a few ms of thread wake-up delay against sub-ms latencies) rarely fails twice."""
     log_dir = Path(log_dir)
     count = int(settings.performance_sample_count)
     same_index = config.same_index % count
@@ -490,15 +510,32 @@ def run_test04(device, settings: ScenarioSettings, log_dir: Path, *, config: Aud
         notes.append(f"performance_issue_same_index {config.same_index} taken modulo the {count} loaded samples")
     if warmup:
         run_scenario(device, AuditSettings.from_settings(settings), log_dir / "warmup", **run_options)
-    reference = run_scenario(device, AuditSettings.from_settings(settings), log_dir / "reference", **run_options)
-    same = run_scenario(device, AuditSettings.from_settings(settings, issue_same_index=same_index),
-                        log_dir / "same_sample", **run_options)
-    reference_score, same_score = performance_score(reference), performance_score(same)
-    limit = config.speedup_limit(settings.scenario, reference_score) if reference_score else config.max_speedup
+    earlier = []
+    for attempt in range(1 + config.remeasure):
+        where = log_dir if attempt == 0 else log_dir / f"remeasure-{attempt}"
+        reference = run_scenario(device, AuditSettings.from_settings(settings), where / "reference", **run_options)
+        # As many queries as the reference: LoadGen sizes a run from the expected latency, so a system that answers
+        # the repeated sample at once would finish after a few queries, and the early-stopping estimate of a few
+        # queries is their slowest one (the first, uncached), not their p90.
+        queries = settings.min_query_count
+        if settings.scenario != "Offline":
+            queries = max(queries, reference.query_count)
+        same = run_scenario(device, AuditSettings.from_settings(settings, issue_same_index=same_index,
+                                                                min_query_count=queries),
+                            where / "same_sample", **run_options)
+        reference_score, same_score = performance_score(reference), performance_score(same)
+        limit = config.speedup_limit(settings.scenario, reference_score) if reference_score else config.max_speedup
+        result = Test04Result(reference, same, reference_score, same_score, limit, same_index, list(notes))
+        if result.passed or result.ratio is None or attempt == config.remeasure:
+            break
+        earlier.append(result.ratio)
     if limit != config.max_speedup:
-        notes.append(f"MLPerf's relaxed bound for short {settings.scenario} latencies (score <= "
-                     f"{config.short_latency_score[settings.scenario]:g}): {limit:g}")
-    return Test04Result(reference, same, reference_score, same_score, limit, same_index, notes)
+        result.notes.append(f"MLPerf's relaxed bound for short {settings.scenario} latencies (score <= "
+                            f"{config.short_latency_score[settings.scenario]:g}): {limit:g}")
+    if earlier:
+        result.notes.append(f"earlier pair(s) over the bound, measured again: ratios {[round(r, 4) for r in earlier]}")
+    result.earlier_ratios = earlier
+    return result
 
 
 # -- the suite's task metric for TEST01's fallback ------------------------------------------------------------------
