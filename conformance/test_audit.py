@@ -70,7 +70,7 @@ def test_audit(audit_case, settings, backend, model_store, record_check, accurac
             rng_seed=config.accuracy_log_rng_seed, tolerance=config.accuracy_delta, accuracy_device=twin,
             score=audit.task_scorer(samples.model, samples) if samples is not None else None, **plan.run_options)
         record = record_check(kind="audit", model=target.model, precision=target.precision, check="TEST01",
-                              value=result.value, target=1.0, op=">=", units="fraction byte-equal",
+                              value=result.value, target=1.0, op=">=", units=result.units,
                               scenario=target.scenario, passed=result.passed, details={**common, **result.details()})
     else:
         result = audit.run_test04(plan.device, plan.settings, log_dir, config=config, **plan.run_options)

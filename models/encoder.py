@@ -205,11 +205,11 @@ def seeded_params(shapes: dict[str, tuple[int, ...]], seed: int, names: LayerNam
 # calibration seeds 0 and 1): per logit a regularised linear discriminant w = (C + ridge I)^-1 (mu_answer - mu_other)
 # over the context positions, scaled so the answer position scores SPAN_MARGIN above the mean of the other positions,
 # whose mean the bias puts at 0. The encoder weights stay as seeded; only the head is fitted.
-SPAN_FIT_SAMPLES = 6
+SPAN_FIT_SAMPLES = 4
 SPAN_FIT_SEED = 7
-SPAN_FIT_MAX_LEN = 160  # rows are cut to this many tokens while fitting (the cost grows with the length)
+SPAN_FIT_MAX_LEN = 128  # rows are cut to this many tokens while fitting (the cost grows with the length)
 SPAN_MARGIN = 12.0
-SPAN_RIDGE = 0.5  # relative to the mean variance of the hidden features
+SPAN_RIDGE = 2.0  # relative to the mean variance of the hidden features
 
 
 def fit_span_head(encode, inputs: dict[str, np.ndarray], answers: np.ndarray):

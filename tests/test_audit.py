@@ -152,6 +152,7 @@ def test_test01_fallback_accepts_nondeterminism_within_the_accuracy_delta(tmp_pa
     result = run01(tmp_path, "Offline", HonestDevice(jittered), HonestDevice(truth), score=top1(labels(truth)))
     assert result.value == 0.0 and result.fallback.passed and result.passed, result.describe()
     assert result.fallback.metrics["top1"]["relative_delta"] == 0.0
+    assert result.units.endswith(": met")
 
 
 def test_test01_without_a_task_metric_fails_on_differing_bytes(tmp_path):
@@ -264,3 +265,12 @@ def test_task_scorer_decodes_the_responses_loadgen_receives(name, rows):
     assert score([(i, responses[(i + 1) % 4]) for i in range(4)]) != exact
     with pytest.raises(ValueError, match="float32 values"):
         score([(0, responses[0][:-4])])
+
+
+def test_test04_score_without_an_early_stopping_estimate_is_the_percentile(tmp_path):
+    few = ScenarioSettings("SingleStream", min_duration_ms=0, min_query_count=8, performance_sample_count=SAMPLES,
+                           expected_latency_s=1.0)  # 8 queries: too few for LoadGen's early stopping
+    result = audit.run_test04(HonestDevice(), few, tmp_path, config=audit.load_audit_config(), warmup=False, **RUN)
+    assert "too few queries" in result.basis and result.ratio is not None, result.describe()
+    p90_ns = result.reference.details["result_90.00_percentile_latency_ns"]
+    assert result.reference_score == pytest.approx(1e9 / p90_ns)
