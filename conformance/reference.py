@@ -25,7 +25,7 @@ EVAL_SEED = 0
 CALIBRATION_SEED = 1
 WEIGHT_SEED = 0
 # Bump when a sample generator or a model's seeded weights change: the stored outputs are then stale.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 
 class ReferenceError(ValueError):

@@ -273,3 +273,44 @@ def test_roformer_pairs_share_the_first_text():
         shorter = min(first_a.size, first_c.size)
         np.testing.assert_array_equal(first_a[:shorter - 1], first_c[:shorter - 1])  # same text A (cut may differ)
         assert not np.array_equal(ids[a][segments[a] == 1], ids[c][segments[c] == 1])  # B differs from C
+
+
+@pytest.mark.parametrize("name", ["bert-base", "albert"])
+def test_seeded_qa_head_finds_the_planted_answers(name):
+    """The fitted span head acts as a trained one: on held-out rows (not the fitting seed) the FP32 best span is the planted
+    answer, with the start and end logits standing well clear of every other context position."""
+    from conformance.metrics import best_spans, squad_context_mask
+    from models import encoder
+
+    model = models.load_model(name, num_hidden_layers=2, seq_len=128)
+    inputs, answers = model.sample_examples(16, seed=3)
+    assert encoder.SPAN_FIT_SEED != 3
+    keep = answers[:, 0] >= 0  # rows too short for an answer have none
+    inputs, answers = {k: v[keep] for k, v in inputs.items()}, answers[keep]
+    rows = np.arange(len(answers))
+    assert len(rows) >= 10
+    outputs = model(inputs)
+    context = squad_context_mask(inputs)
+    np.testing.assert_array_equal(best_spans(outputs["start_logits"], outputs["end_logits"], context), answers)
+    for key, column in (("start_logits", 0), ("end_logits", 1)):
+        logits = np.where(context, outputs[key], -np.inf)
+        at_answer = logits[rows, answers[:, column]]
+        logits[rows, answers[:, column]] = -np.inf
+        assert np.all(at_answer - logits.max(axis=1) > 2.0), f"{key}: margins {at_answer - logits.max(axis=1)}"
+
+
+def test_planted_answers_sit_in_the_context():
+    from models import text
+
+    vocab = text.Vocabulary.for_model(30522, **text.BERT_VOCAB)
+    opening, closing = text.answer_words(vocab)
+    inputs, answers = text.squad_examples(200, 0, 384, vocab)
+    ids, segments = inputs["input_ids"], inputs["token_type_ids"]
+    has = answers[:, 0] >= 0
+    rows = np.flatnonzero(has)
+    assert has.mean() > 0.8 and np.all(segments[rows, answers[has, 0]] == 1)
+    lengths = answers[has, 1] - answers[has, 0] + 1
+    assert lengths.min() >= text.SQUAD_ANSWER_MIN and lengths.max() <= text.SQUAD_ANSWER_MAX
+    assert np.all(ids[rows, answers[has, 1] + 1] != 0), "the answer ends before the context's [SEP]"
+    assert np.all(np.isin(ids[rows, answers[has, 0]], opening)) and np.all(np.isin(ids[rows, answers[has, 1]], closing))
+    assert np.isin(ids, np.r_[opening, closing]).sum() == 2 * has.sum(), "answer words occur only in the answers"
