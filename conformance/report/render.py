@@ -19,6 +19,8 @@ DATA_TYPES = {
     "fp8": {"input_data_types": "fp16 (fp8 at matmul/conv inputs)", "weight_data_types": "fp8 (matmul/conv), fp16 (other)",
             "weight_transformations": "post-training per-tensor power-of-two scaling, cast fp32 -> fp8"},
 }
+DATA_TYPES["fp16-half-partials"] = DATA_TYPES["fp16"]
+DATA_TYPES["fp8-weights"] = {**DATA_TYPES["fp8"], "input_data_types": "fp16"}
 DATA_TYPE_KEYS = ("input_data_types", "weight_data_types", "weight_transformations")
 
 # MLPerf's units per scenario and which record is a scenario's result
