@@ -330,3 +330,30 @@ def test_shapes_and_scalars_are_kept():
         assert round_inplace(y, fmt_name, scale=scale) is y and same(y, quantize(x, fmt_name, scale=scale))
     with pytest.raises(TypeError, match="C-contiguous float32"):
         round_inplace(x, "f16")
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_threaded_rounding_equals_one_thread(monkeypatch, threads):
+    """Arrays over a million elements are rounded in parts on worker threads: every part boundary, thread count and
+    special value (zeros of both signs, subnormals, overflow, Inf, NaN) gives the single-thread result."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(3_000_001) * np.exp(rng.uniform(-40, 14, 3_000_001))).astype(np.float32)
+    x[::1000] = -0.0
+    x[1::1000] = np.inf
+    x[2::1000] = np.nan
+    x[3::1000] = -1e5
+    monkeypatch.setenv("CONFORMANCE_THREADS", "1")
+    expected = {fmt: quantize(x, fmt, scale=0 if fmt == "f16" else -3) for fmt in ("f16", "f143")}
+    monkeypatch.setenv("CONFORMANCE_THREADS", threads)
+    for fmt, want in expected.items():
+        got = quantize(x, fmt, scale=0 if fmt == "f16" else -3)
+        assert same(got, want), mismatches(got, want, x)
+    y = x.copy()
+    round_inplace(y, "f16")
+    assert same(y, expected["f16"])
+
+
+def test_bad_thread_count_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("CONFORMANCE_THREADS", "two")
+    with pytest.raises(ValueError, match="CONFORMANCE_THREADS must be a positive integer, got 'two'"):
+        quantize(np.zeros(3_000_000, np.float32), "f16")

@@ -227,3 +227,14 @@ def test_bad_input_is_a_clear_error(call, error, words):
         call()
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
+    """Output tiles are summed on worker threads; the result is the single-thread one, bit for bit."""
+    rng = np.random.default_rng(11)
+    a, b = grid(rng, (700, 200)), grid(rng, (200, 900), spread=0.05)
+    monkeypatch.setenv("CONFORMANCE_THREADS", "1")
+    expected = matmul(a, b, partials="half"), matmul(a, b, operand_format="f143")
+    monkeypatch.setenv("CONFORMANCE_THREADS", "2")
+    got = matmul(a, b, partials="half"), matmul(a, b, operand_format="f143")
+    assert all(np.array_equal(g, e) for g, e in zip(got, expected))

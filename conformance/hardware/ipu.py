@@ -7,7 +7,8 @@ overrides every op of :class:`~conformance.hardware.ops.Ops` and applies the pol
 
 - every tensor between ops is held in FP16 (``quantize(x, "f16")``: round to nearest even, finite overflow saturates);
 - elementwise ops compute from FP16 operands and round the result to FP16 (through FP32, which for add/sub/mul is
-  the correctly rounded FP16 result: 24 >= 2 * 11 + 2 bits);
+  the correctly rounded FP16 result: 24 >= 2 * 11 + 2 bits); transcendental ones (GELU, sigmoid) use the same FP32
+  functions as the FP32 reference, so their results differ from it by the FP16 rounding alone;
 - layer/batch norms and softmax take FP32 statistics and give FP16 outputs; means accumulate in FP32;
 - linear/matmul/conv2d run the ``conformance.numerics`` kernels with the policy's partials; at FP8 their operands are
   quantized to F143/F152 with per-tensor power-of-two scales (d = q * 2^scale), which forces half partials and an FP16
@@ -24,10 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy import special
 
 from conformance.hardware.base import Backend, UnsupportedCombination
-from conformance.hardware.ops import Ops
+from conformance.hardware.ops import Ops, gelu_fp32, sigmoid_fp32
 
 try:
     import tomllib
@@ -179,8 +179,7 @@ class IpuOps(Ops):
 
     # -- FP16 grid -----------------------------------------------------------------------------------------------
     def round_f16(self, x) -> np.ndarray:
-        """``x`` rounded to FP16 (RNE, saturating) as float32. The one place FP16 rounding happens: a broken
-        variant in the tests overrides it."""
+        """``x`` rounded to FP16 (RNE, saturating) as a new float32 array."""
         return self._num.quantize(np.asarray(x, np.float32), "f16")
 
     def _mark(self, y: np.ndarray) -> np.ndarray:
@@ -203,10 +202,17 @@ class IpuOps(Ops):
             return x
         return self.round_f16(x)
 
-    def _out(self, name: str, y) -> np.ndarray:
-        """Round an op's result to FP16, remember it as on-grid, and pass it to the recorder."""
+    def _out(self, name: str, y, *, on_grid: bool = False) -> np.ndarray:
+        """Round an op's freshly computed result to FP16 (in place when it is a C-contiguous float32 array: the op's
+        temporary is not seen by anyone else), remember it as on-grid, and pass it to the recorder. ``on_grid``: the
+        kernels already rounded it (a second rounding would change nothing)."""
         self.ops_seen.add(name)
-        return self._emit(name, self._mark(self.round_f16(y)))
+        if not on_grid:
+            if isinstance(y, np.ndarray) and y.dtype == np.float32 and y.flags.c_contiguous and y.flags.writeable:
+                self._num.round_inplace(y, "f16")
+            else:
+                y = self.round_f16(y)
+        return self._emit(name, self._mark(y))
 
     def _param(self, x, what, make):
         """A parameter's device form, computed once per array (weights are the same arrays every call). Views made
@@ -276,9 +282,10 @@ class IpuOps(Ops):
         return self._param_f16(w)
 
     def _add_bias(self, y: np.ndarray, bias, shape) -> np.ndarray:
+        """``y + bias`` in FP32 (rounded by :meth:`_out`); ``y`` itself, already on the FP16 grid, without a bias."""
         if bias is None:
             return y
-        return y + self._param_f16(bias).reshape(shape)
+        return np.add(y, self._param_f16(bias).reshape(shape), out=y)
 
     def linear(self, x, weight, bias=None, *, name):
         fp8 = self._fp8_operands(name)
@@ -290,7 +297,7 @@ class IpuOps(Ops):
         w_t = self._param(w, "transposed", lambda v: np.ascontiguousarray(v.T))  # (in, out): the kernel's b
         y = _kernels.matmul(self._num, x2, w_t, partials=self.policy.partials, fp8=self._fp8_format(fp8))
         y = self._add_bias(y, bias, (1, -1))
-        return self._out(name, y.reshape(*lead, weight.shape[0]))
+        return self._out(name, y.reshape(*lead, weight.shape[0]), on_grid=bias is None)
 
     def matmul(self, a, b, *, name):
         fp8 = self._fp8_operands(name)
@@ -299,7 +306,7 @@ class IpuOps(Ops):
             a = self._fp8_input(name, "a", a)
             b = self._fp8_input(name, "b", b)
         y = _kernels.matmul(self._num, a, b, partials=self.policy.partials, fp8=self._fp8_format(fp8))
-        return self._out(name, y)
+        return self._out(name, y, on_grid=True)
 
     def conv2d(self, x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, name):
         fp8 = self._fp8_operands(name)
@@ -310,11 +317,11 @@ class IpuOps(Ops):
         y = _kernels.conv2d(self._num, x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
                             partials=self.policy.partials, fp8=self._fp8_format(fp8))
         y = self._add_bias(y, bias, (1, -1, 1, 1))
-        return self._out(name, y)
+        return self._out(name, y, on_grid=bias is None)
 
     # -- data entering the device ------------------------------------------------------------------------------
     def input(self, x, *, name):
-        return self._out(name, np.asarray(x, np.float32))
+        return self._out(name, np.array(x, np.float32))  # a copy: the caller's array is not rounded
 
     def embedding(self, table, ids, *, name):
         self.ops_seen.add(name)
@@ -336,28 +343,21 @@ class IpuOps(Ops):
         return self._emit(name, self._mark(np.maximum(self._f16(x), np.float32(0))))  # exact on the grid
 
     def gelu(self, x, *, approximate="none", name):
-        x = self._f16(x)
-        if approximate == "tanh":
-            y = 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2.0 / np.pi)) * (x + np.float32(0.044715) * x * x * x)))
-        elif approximate == "none":
-            y = 0.5 * x * (1.0 + special.erf(x * np.float32(1 / np.sqrt(2))))
-        else:
-            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        return self._out(name, y)
+        return self._out(name, gelu_fp32(self._f16(x), approximate))
 
     def sigmoid(self, x, *, name):
-        return self._out(name, special.expit(self._f16(x)))
+        return self._out(name, sigmoid_fp32(self._f16(x)))
 
     def silu(self, x, *, name):
         x = self._f16(x)
-        return self._out(name, x * special.expit(x))
+        return self._out(name, np.multiply(x, sigmoid_fp32(x), dtype=np.float32))
 
     def tanh(self, x, *, name):
         return self._out(name, np.tanh(self._f16(x)))
 
     def glu(self, x, *, axis, name):
         a, b = np.split(self._f16(x), 2, axis=axis)
-        return self._out(name, a * special.expit(b))
+        return self._out(name, np.multiply(a, sigmoid_fp32(b), dtype=np.float32))
 
     # -- norms and reductions: FP32 statistics, FP16 result ----------------------------------------------------
     def layer_norm(self, x, gamma, beta, *, eps, name):
@@ -382,7 +382,8 @@ class IpuOps(Ops):
 
     def softmax(self, x, *, axis=-1, name):
         x = self._f16(x)
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        e = np.subtract(x, x.max(axis=axis, keepdims=True), dtype=np.float32)
+        np.exp(e, out=e)
         e /= e.sum(axis=axis, keepdims=True, dtype=np.float32)
         return self._out(name, e)
 

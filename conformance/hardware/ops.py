@@ -17,62 +17,12 @@ from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy import special
+
+from conformance.numerics.kernels import _pair, conv2d_fp32
 
 Recorder = Callable[[str, np.ndarray], None]
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
-
-
-def _pair(v) -> tuple[int, int]:
-    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
-
-
-def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
-    """NCHW convolution in float32: one sgemm ``W (O, C*kh*kw) @ cols (C*kh*kw, Ho*Wo)`` per sample and group, the
-    columns gathered tap by tap straight into that layout (no transposes of the output); 1x1 convs skip the gather,
-    depthwise convs are a sum over kernel taps."""
-    x = np.asarray(x, np.float32)
-    w = np.asarray(w, np.float32)
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    sh, sw = _pair(stride)
-    ph, pw = _pair(padding)
-    dh, dw = _pair(dilation)
-    if c != cg * groups or o % groups:
-        raise ValueError(f"conv2d: input has {c} channels, weight {tuple(w.shape)} with groups={groups} expects {cg * groups}")
-    if ph or pw:
-        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
-    ho = (x.shape[2] - eh) // sh + 1
-    wo = (x.shape[3] - ew) // sw + 1
-    if groups == c and cg == 1 and o == c and groups > 1:
-        # channels last, so that each tap's per-channel weight runs along the contiguous axis
-        xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # (N, H, W, C)
-        wl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))  # (kh, kw, C)
-        out = np.zeros((n, ho, wo, c), np.float32)
-        product = np.empty_like(out)
-        for i in range(kh):
-            for j in range(kw):
-                tap = xl[:, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-                np.multiply(tap, wl[i, j], out=product)
-                out += product
-        return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
-    if kh == 1 and kw == 1:
-        cols = x[:, :, : sh * (ho - 1) + 1: sh, : sw * (wo - 1) + 1: sw]
-        cols = np.ascontiguousarray(cols).reshape(n, groups, cg, ho * wo)  # (N, G, Cg, Ho*Wo)
-    else:
-        cols = np.empty((n, c, kh, kw, ho, wo), np.float32)
-        for i in range(kh):
-            for j in range(kw):
-                cols[:, :, i, j] = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-        cols = cols.reshape(n, groups, cg * kh * kw, ho * wo)  # (N, G, Cg*kh*kw, Ho*Wo)
-    wg = w.reshape(groups, o // groups, cg * kh * kw)  # (G, O/G, Cg*kh*kw)
-    out = np.empty((n, groups, o // groups, ho * wo), np.float32)
-    for b in range(n):  # one sgemm each: a broadcast matmul would not call BLAS
-        for g in range(groups):
-            np.matmul(wg[g], cols[b, g], out=out[b, g])
-    return out.reshape(n, o, ho, wo)
 
 
 # erf(z) = z * P(z^2) / Q(z^2) for z clipped to [-4, 4] (erf is +-1 in float32 beyond): Eigen's/XLA's float32 erf.

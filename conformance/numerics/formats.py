@@ -26,6 +26,9 @@ preallocated buffers and in-place ufuncs.
 from __future__ import annotations
 
 import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,8 +38,9 @@ OVERFLOW_MODES = ("sat", "nan")
 ROUNDING_MODES = ("nearest", "stochastic")
 SCALE_RANGE = (-32, 31)
 
-# Elements per chunk: 64K float32 keeps the chunk, its output and the two scratch buffers (1 MiB) in a core's L2 cache.
-_CHUNK = 1 << 16
+# Elements per chunk of the rounding loop: 128K float32 (512 KiB) amortizes numpy's per-call overhead (about eight
+# ufunc calls per chunk) while the chunk and its scratch stay in a core's L2/L3 cache.
+_CHUNK = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -154,52 +158,127 @@ _F32 = _Container(np.float32, np.uint32, 23, 8)
 _F64 = _Container(np.float64, np.uint64, 52, 11)
 
 
-def _work_buffers(n: int, container: _Container = _F32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Scratch for :func:`_round_nearest_into` on up to ``n`` elements per call: two bit-pattern buffers, a mask."""
-    chunk = max(1, min(_CHUNK, n))
-    return np.empty(chunk, container.uint_dtype), np.empty(chunk, container.uint_dtype), np.empty(chunk, bool)
+class _Scratch(threading.local):
+    """Per-thread scratch for the rounding loop, allocated once per thread (a hot loop would otherwise spend as long
+    allocating as rounding): buffers of ``_CHUNK`` elements per container, and arrays filled with a constant (numpy's
+    SIMD loops for maximum/minimum take array operands; a scalar second operand runs several times slower)."""
+
+    def buffers(self, container: _Container) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cache = self.__dict__.setdefault("buffers_cache", {})
+        hit = cache.get(container.float_dtype)
+        if hit is None:
+            hit = cache[container.float_dtype] = (np.empty(_CHUNK, container.uint_dtype),
+                                                  np.empty(_CHUNK, container.uint_dtype), np.empty(_CHUNK, bool))
+        return hit
+
+    def filled(self, value) -> np.ndarray:
+        cache = self.__dict__.setdefault("filled_cache", {})
+        key = (value.dtype.str, int(value))
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = np.full(_CHUNK, value)
+        return hit
 
 
-def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
-                        work: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                        signed_zero: bool = True) -> None:
-    """RNE of contiguous float32/float64 ``x`` onto the scaled grid of ``info``, into ``out`` (may be ``x`` itself).
+_SCRATCH = _Scratch()
 
-    Per element, C = sign(x) * 2**(E + p - m), where E is x's exponent clamped to [emin + scale, emax + scale] (the
-    subnormal grid below, the top binade above), p the container's and m the format's mantissa bits: ulp(C) is the grid
-    spacing at x, so ``(x + C) - C`` is one IEEE round-to-nearest-even of x onto the grid (|x| < 2|C| keeps x + C in
-    C's binade). ``overflow``: "sat", "nan", or "unbounded" (the caller knows no value exceeds the max).
-    ``work``: reusable scratch from :func:`_work_buffers` (a hot loop saves the allocations). ``signed_zero=False``
-    skips giving f16 zero results x's sign (they are +0), one pass less for the kernels' partials."""
-    container = _F64 if x.dtype == np.float64 else _F32
-    p, m = container.mantissa_bits, info.mantissa_bits
-    low = container.bits((info.emin + scale + container.bias) << p)
-    high = container.bits((info.emax + scale + container.bias) << p)
-    offset = container.bits((p - m) << p)
-    sign_mask, magnitude_mask, inf_bits = container.sign_mask, container.magnitude_mask, container.exponent_mask
-    limit = container.float_dtype(info.max_value * 2.0**scale)
-    limit_bits = limit.view(container.uint_dtype)
-    xs, ys = x.reshape(-1), out.reshape(-1)
-    x_bits, y_bits = xs.view(container.uint_dtype), ys.view(container.uint_dtype)
-    n = xs.size
-    const_buf, sign_buf, mask_buf = work if work is not None else _work_buffers(n, container)
-    chunk = const_buf.size
-    with np.errstate(invalid="ignore"):  # signalling NaNs in x
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
+
+def worker_threads() -> int:
+    """Threads the emulator's elementwise passes and half-partials kernels use: the cores this process may run on,
+    at most 8. ``CONFORMANCE_THREADS`` overrides it (1 turns threading off, e.g. under pytest-xdist)."""
+    value = os.environ.get("CONFORMANCE_THREADS", "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"CONFORMANCE_THREADS must be a positive integer, got {value!r}")
+        return int(value)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="conformance-numerics")
+
+
+def run_split(n: int, piece, *, grain: int = 4 * _CHUNK, align: int = _CHUNK) -> None:
+    """Run ``piece(start, stop)`` over ``range(n)`` cut into one contiguous part per worker thread, parts starting at
+    multiples of ``align`` (in this thread
+    when ``n`` is below two ``grain``s, threading is off, or the caller is a worker). numpy's loops release the GIL,
+    so the parts run on the cores in parallel; ``piece`` must only write its own part. Small arrays stay in one
+    thread: below about 1M elements the hand-off costs more than the second core gives."""
+    threads = min(worker_threads(), n // grain)
+    if threads <= 1 or threading.current_thread().name.startswith("conformance-numerics"):
+        piece(0, n)
+        return
+    step = -(-n // threads)
+    step = -(-step // align) * align  # parts on chunk boundaries
+    if step >= n:
+        piece(0, n)
+        return
+    futures = [_pool(threads).submit(piece, lo, min(n, lo + step)) for lo in range(0, n, step)]
+    for future in futures:
+        future.result()
+
+
+@dataclass(frozen=True)
+class _NearestRounding:
+    """Round to nearest even onto the scaled grid of one format, on float32 or float64 values.
+
+    Per element, C = 1.5 * 2**(E + p - m), where E is x's exponent clamped below to emin + scale (the subnormal grid),
+    p the container's and m the format's mantissa bits: ulp(C) is the grid spacing at x and |x| < C / 2**(p - m - 1)
+    keeps x + C in C's binade, so ``(x + C) - C`` is one IEEE round-to-nearest-even of x onto the grid (C's last
+    significand bit is 0, so ties go to even). A chunk whose largest magnitude lies below the format's top binade (no
+    result can overflow, no Inf or NaN) takes only these passes; other chunks also clamp E above and apply
+    ``overflow``: "sat", "nan", or "unbounded" (the caller knows no value exceeds the max). Zero results get x's sign
+    for f16 unless ``signed_zero=False`` (then +0, for the kernels' partials); FP8 has no -0. Two more passes keep the
+    sign, only in chunks holding values below the smallest grid step (the only ones that can round to zero)."""
+
+    info: FormatInfo
+    scale: int
+    overflow: str
+    signed_zero: bool
+    container: _Container
+
+    @functools.cached_property
+    def constants(self):
+        c, info, scale = self.container, self.info, self.scale
+        p, m = c.mantissa_bits, info.mantissa_bits
+        limit = c.float_dtype(info.max_value * 2.0**scale)
+        return (c.bits((info.emin + scale + c.bias) << p), c.bits((info.emax + scale + c.bias) << p),
+                c.bits(((p - m) << p) | (1 << (p - 1))), c.bits((info.emin + scale - m + c.bias) << p), limit,
+                limit.view(c.uint_dtype))
+
+    def span(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        """Round flat ``xs`` into flat ``ys`` (same size; may be the same array), chunk by chunk, in this thread."""
+        c, info, overflow = self.container, self.info, self.overflow
+        low, high, offset, zero_bits, limit, limit_bits = self.constants
+        sign_mask, magnitude_mask, inf_bits = c.sign_mask, c.magnitude_mask, c.exponent_mask
+        keep_sign = info.has_inf and self.signed_zero
+        unbounded = overflow == "unbounded"  # |x| <= max: E never exceeds emax, nothing to saturate
+        const_buf, sign_buf, mask_buf = _SCRATCH.buffers(c)
+        low_buf = _SCRATCH.filled(low)
+        x_bits, y_bits = xs.view(c.uint_dtype), ys.view(c.uint_dtype)
+        for start in range(0, xs.size, _CHUNK):
+            stop = min(xs.size, start + _CHUNK)
             k = stop - start
-            xb, yc, yb = x_bits[start:stop], ys[start:stop], y_bits[start:stop]
+            xb, xc, yc, yb = x_bits[start:stop], xs[start:stop], ys[start:stop], y_bits[start:stop]
             const, sign, mask = const_buf[:k], sign_buf[:k], mask_buf[:k]
             np.bitwise_and(xb, inf_bits, out=const)  # the exponent field
-            np.clip(const, low, high, out=const)
+            in_range = unbounded or const.max(initial=0) < high
+            zeros_possible = keep_sign and const.min(initial=0) < zero_bits
+            if not in_range:
+                np.minimum(const, high, out=const)
+            np.maximum(const, low_buf[:k], out=const)
             np.add(const, offset, out=const)
-            np.bitwise_and(xb, sign_mask, out=sign)
-            np.bitwise_or(const, sign, out=const)
-            c = const.view(container.float_dtype)
-            np.add(xs[start:stop], c, out=yc)  # +-Inf and NaN stay as they are (C is finite)
-            np.subtract(yc, c, out=yc)
-            if info.has_inf and signed_zero:
+            if zeros_possible:
+                np.bitwise_and(xb, sign_mask, out=sign)
+            cf = const.view(c.float_dtype)
+            np.add(xc, cf, out=yc)  # +-Inf and NaN stay as they are (C is finite)
+            np.subtract(yc, cf, out=yc)
+            if zeros_possible:
                 np.bitwise_or(yb, sign, out=yb)  # IEEE zero results keep x's sign; (x + C) - C gives +0
+            if in_range:
+                continue
             if overflow == "nan":
                 np.bitwise_and(yb, magnitude_mask, out=const)
                 np.greater(const, limit_bits, out=mask)  # finite overflow, +-Inf and NaN
@@ -213,6 +292,28 @@ def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale:
                 np.clip(yc, -limit, limit, out=yc)
                 if infinite:  # f16 keeps +-Inf; FP8 has none: NaN
                     yc[mask] = np.copysign(np.inf, yc[mask]) if info.has_inf else np.nan
+
+
+@functools.lru_cache(maxsize=None)
+def nearest_rounding(fmt: str, scale: int, overflow: str, signed_zero: bool = True,
+                     float_dtype: type = np.float32) -> _NearestRounding:
+    """The (cached) rounding of ``fmt`` at ``scale`` for float32 or float64 values: see :class:`_NearestRounding`.
+    ``overflow`` may also be "unbounded" (no value exceeds the max)."""
+    return _NearestRounding(format_info(fmt), scale, overflow, signed_zero, _F64 if float_dtype == np.float64 else _F32)
+
+
+def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
+                        signed_zero: bool = True) -> None:
+    """RNE of contiguous float32/float64 ``x`` onto the scaled grid of ``info``, into ``out`` (may be ``x`` itself);
+    see :class:`_NearestRounding`. Large arrays are split over the worker threads (:func:`run_split`)."""
+    rounding = nearest_rounding(info.name, scale, overflow, signed_zero, x.dtype.type)
+    xs, ys = x.reshape(-1), out.reshape(-1)
+
+    def piece(lo: int, hi: int) -> None:
+        with np.errstate(invalid="ignore"):  # signalling NaNs in x (errstate is per thread)
+            rounding.span(xs[lo:hi], ys[lo:hi])
+
+    run_split(xs.size, piece)
 
 
 def _round_stochastic(x: np.ndarray, info: FormatInfo, scale: int, overflow: str,

@@ -25,11 +25,10 @@ import functools
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy.linalg.blas import sgemm as _sgemm
 from threadpoolctl import ThreadpoolController
 
 from conformance.numerics.formats import FORMAT_NAMES, OVERFLOW_MODES, ROUNDING_MODES, _check_choice, _check_rng
-from conformance.numerics.formats import _round_nearest_into, _work_buffers, format_info, round_inplace
+from conformance.numerics.formats import nearest_rounding, round_inplace, run_split
 
 PARTIALS = ("float", "half")
 OUT_FORMATS = ("f16", None)
@@ -88,10 +87,11 @@ def _blas_threads() -> ThreadpoolController:
 def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, overflow: str) -> np.ndarray:
     """(B, M, K) @ (B, K, N) with FP16 partials: for every block of K, acc = round_f16(acc + FP32 block sum).
 
-    Large products run per batch element over row tiles whose accumulator stays in cache, adding each block's sum
-    straight into it with sgemm (beta=1: ``acc + sum`` in FP32, the block sum accumulated in registers); small ones
-    run stacked over tiles of batch elements. BLAS runs single-threaded here: these are many small, memory-bound calls,
-    for which thread hand-offs cost more than they give (and stall badly when the cores are shared). The sign of a zero
+    The output is cut into tiles of about ``_TILE`` elements (row tiles of one batch element for large products,
+    stacks of batch elements for small ones) whose accumulator and block product stay in cache while all K blocks are
+    summed into them. Tiles are independent, so they are shared out over the worker threads (nearest rounding; the
+    stochastic kind draws its random numbers in one fixed order, in one thread), each running single-threaded BLAS:
+    these are many small matmuls, for which BLAS's own thread hand-offs cost more than they give. The sign of a zero
     partial is not tracked (it only decides the sign of an all-zero result), and saturation is skipped when no partial
     can reach the FP16 max."""
     nbatch, m, k = a.shape
@@ -100,35 +100,41 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     if out.size == 0 or k == 0:
         return out
     mode = overflow if (overflow == "nan" or _saturation_possible(a, b)) else "unbounded"
-    work = _work_buffers(_TILE)
-    f16 = format_info("f16")
+    nearest = nearest_rounding("f16", 0, mode, signed_zero=False)
 
     def round_partials(acc: np.ndarray) -> None:
         if rounding == "stochastic":
             round_inplace(acc, "f16", overflow=overflow, rounding=rounding, rng=rng)
         else:
-            _round_nearest_into(acc, acc, f16, 0, mode, work, signed_zero=False)
+            flat = acc.reshape(-1)  # acc is a C-contiguous tile of the output
+            nearest.span(flat, flat)
+
+    if m * n >= _TILE // 2:
+        rows = max(1, _TILE // n)
+        tiles = [(out[bi, r0:r0 + rows], a[bi, r0:r0 + rows], b[bi]) for bi in range(nbatch) for r0 in range(0, m, rows)]
+    else:
+        batches = max(1, _TILE // (m * n))
+        tiles = [(out[b0:b0 + batches], a[b0:b0 + batches], b[b0:b0 + batches]) for b0 in range(0, nbatch, batches)]
+    largest = max(tile[0].size for tile in tiles)
+
+    def run_tiles(first: int, stop: int) -> None:
+        product = np.empty(largest, np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):  # Inf/NaN operands propagate (errstate is per thread)
+            sum_tiles(first, stop, product)
+
+    def sum_tiles(first: int, stop: int, product: np.ndarray) -> None:
+        for acc, a_tile, b_tile in tiles[first:stop]:
+            block_sum = product[: acc.size].reshape(acc.shape)
+            for k0 in range(0, k, block):
+                np.matmul(a_tile[..., k0:k0 + block], b_tile[..., k0:k0 + block, :], out=block_sum)
+                np.add(acc, block_sum, out=acc)
+                round_partials(acc)
 
     with _blas_threads().limit(limits=1, user_api="blas"):
-        if m * n >= _TILE // 2:
-            rows = max(1, _TILE // n)
-            for bi in range(nbatch):
-                for r0 in range(0, m, rows):
-                    acc = out[bi, r0:r0 + rows]  # C-contiguous full rows: acc.T is the F-ordered C sgemm updates
-                    for k0 in range(0, k, block):
-                        _sgemm(1.0, b[bi, k0:k0 + block].T, a[bi, r0:r0 + rows, k0:k0 + block].T, beta=1.0,
-                               c=acc.T, overwrite_c=True)
-                        round_partials(acc)
+        if rounding == "stochastic":
+            run_tiles(0, len(tiles))
         else:
-            batches = max(1, _TILE // (m * n))
-            prod_buf = np.empty(batches * m * n, np.float32)
-            for b0 in range(0, nbatch, batches):
-                acc = out[b0:b0 + batches]
-                prod = prod_buf[: acc.size].reshape(acc.shape)
-                for k0 in range(0, k, block):
-                    np.matmul(a[b0:b0 + batches, :, k0:k0 + block], b[b0:b0 + batches, k0:k0 + block], out=prod)
-                    np.add(acc, prod, out=acc)
-                    round_partials(acc)
+            run_split(len(tiles), run_tiles, grain=1, align=1)
     return out
 
 
@@ -169,7 +175,59 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
 
 
-def _pair(v, what: str, minimum: int) -> tuple[int, int]:
+def _pair(v) -> tuple[int, int]:
+    """An int or a pair of ints as a pair (unchecked: for validated arguments)."""
+    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
+
+
+def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
+    """NCHW convolution in float32: one sgemm ``W (O, C*kh*kw) @ cols (C*kh*kw, Ho*Wo)`` per sample and group, the
+    columns gathered tap by tap straight into that layout (no transposes of the output); 1x1 convs skip the gather,
+    depthwise convs are a sum over kernel taps."""
+    x = np.asarray(x, np.float32)
+    w = np.asarray(w, np.float32)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    if c != cg * groups or o % groups:
+        raise ValueError(f"conv2d: input has {c} channels, weight {tuple(w.shape)} with groups={groups} expects {cg * groups}")
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    ho = (x.shape[2] - eh) // sh + 1
+    wo = (x.shape[3] - ew) // sw + 1
+    if groups == c and cg == 1 and o == c and groups > 1:
+        # channels last, so that each tap's per-channel weight runs along the contiguous axis
+        xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # (N, H, W, C)
+        wl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))  # (kh, kw, C)
+        out = np.zeros((n, ho, wo, c), np.float32)
+        product = np.empty_like(out)
+        for i in range(kh):
+            for j in range(kw):
+                tap = xl[:, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+                np.multiply(tap, wl[i, j], out=product)
+                out += product
+        return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+    if kh == 1 and kw == 1:
+        cols = x[:, :, : sh * (ho - 1) + 1: sh, : sw * (wo - 1) + 1: sw]
+        cols = np.ascontiguousarray(cols).reshape(n, groups, cg, ho * wo)  # (N, G, Cg, Ho*Wo)
+    else:
+        cols = np.empty((n, c, kh, kw, ho, wo), np.float32)
+        for i in range(kh):
+            for j in range(kw):
+                cols[:, :, i, j] = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+        cols = cols.reshape(n, groups, cg * kh * kw, ho * wo)  # (N, G, Cg*kh*kw, Ho*Wo)
+    wg = w.reshape(groups, o // groups, cg * kh * kw)  # (G, O/G, Cg*kh*kw)
+    out = np.empty((n, groups, o // groups, ho * wo), np.float32)
+    for b in range(n):  # one sgemm each: a broadcast matmul would not call BLAS
+        for g in range(groups):
+            np.matmul(wg[g], cols[b, g], out=out[b, g])
+    return out.reshape(n, o, ho, wo)
+
+
+def _checked_pair(v, what: str, minimum: int) -> tuple[int, int]:
     pair = (v, v) if np.isscalar(v) else tuple(v)
     if len(pair) != 2 or not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) and p >= minimum
                                  for p in pair):
@@ -214,10 +272,16 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
             f"conv2d: x has {c} channels and w {w.shape} with groups={groups}; expected C == w.shape[1] * groups"
             f" (= {cg * groups}) and O (= {o}) divisible by groups"
         )
-    stride, padding, dilation = _pair(stride, "stride", 1), _pair(padding, "padding", 0), _pair(dilation, "dilation", 1)
+    stride = _checked_pair(stride, "stride", 1)
+    padding, dilation = _checked_pair(padding, "padding", 0), _checked_pair(dilation, "dilation", 1)
     for axis, size, k in ((0, h, kh), (1, wd, kw)):
         if size + 2 * padding[axis] < dilation[axis] * (k - 1) + 1:
             raise ValueError(f"conv2d: kernel {kh}x{kw} (dilation {dilation}) is larger than the padded input {h}x{wd}")
+    if partials == "float":  # any FP32 summation order is within the same error bound: the fast FP32 layout
+        y = conv2d_fp32(x, w, stride, padding, dilation, groups)
+        if out_format == "f16":
+            round_inplace(y, "f16", overflow=overflow, rounding=rounding, rng=rng)
+        return y
     cols, ho, wo = _im2col(x, kh, kw, stride, padding, dilation, groups)
     og = o // groups
     wmat = w.reshape(groups, og, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * cg, og)
