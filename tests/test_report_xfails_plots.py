@@ -67,6 +67,14 @@ def test_stale_entries_only_within_the_runs_scope():
     assert only_bert == [], "entries of models the run did not select are not stale"
     whole = xfails.stale(entries, items, matched, models=MODELS, all_models=MODELS, whole_suite=True)
     assert "test_renamed[x]" in [e.test_id for e in whole], "in a whole-suite run a renamed test is stale"
+    precisions = ("fp16", "fp16-half-partials", "fp8")
+    only_fp8 = xfails.stale(entries, items, matched, models=MODELS, all_models=MODELS, precisions=("fp8",),
+                            all_precisions=precisions)
+    assert [e.test_id for e in only_fp8] == ["test_accuracy[resnet50-fp8]"], \
+        "entries of precisions the run did not select (--precision) are not stale"
+    half_only = xfails.stale(entries, items, matched, models=MODELS, all_models=MODELS,
+                             precisions=("fp16-half-partials",), all_precisions=precisions)
+    assert half_only == [], "fp16 is not fp16-half-partials"
 
 
 def test_shipped_xfail_files_parse():

@@ -85,6 +85,7 @@ class ReportSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list) -> None:
         """First of all modifyitems hooks, so that staleness is judged on the whole collection (before -k, -m)."""
+        from conformance.hardware import get_backend
         from models import MODEL_NAMES
 
         node_ids = [item.nodeid for item in items]
@@ -101,8 +102,11 @@ class ReportSession:
                 item.add_marker(pytest.mark.xfail(reason=reason, strict=strict))
             item.user_properties.append((XFAIL_KEY, entry.to_dict()))
         functions = [(item.nodeid, getattr(item, "originalname", item.name)) for item in items]
+        hardware_precisions = get_backend(self.settings.hardware).precisions
         stale = xfails.stale(self.xfail_entries, functions, matched, self.settings.models, MODEL_NAMES,
-                             whole_suite=collected_whole_suite(items))
+                             whole_suite=collected_whole_suite(items),
+                             precisions=self.settings.extra.get("precisions") or hardware_precisions,
+                             all_precisions=hardware_precisions)
         self.stale = [e.to_dict() for e in stale]
         for entry in stale:  # reported at the entry's line of the xfail file
             filename, _, lineno = entry.source.rpartition(":")

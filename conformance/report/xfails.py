@@ -106,12 +106,13 @@ def match(node_ids, entries: list[XfailEntry]) -> dict[str, XfailEntry]:
 
 
 def stale(entries: list[XfailEntry], items, matched: dict[str, XfailEntry], models, all_models,
-          whole_suite: bool = False) -> list[XfailEntry]:
+          whole_suite: bool = False, precisions=(), all_precisions=()) -> list[XfailEntry]:
     """Entries that match no collected test although the run covers them.
 
     ``items`` are (node id, function name) pairs of the whole collection. An entry is out of this run's scope (and so not
-    stale) when its parameters name a model the run did not select, or when no collected test has its function name and
-    the run did not collect the whole suite (``whole_suite``: then a missing function means a renamed or removed test).
+    stale) when its parameters name a model the run did not select, or a precision (of ``all_precisions``, the
+    hardware's) that the run did not select (``precisions``), or when no collected test has its function name and the
+    run did not collect the whole suite (``whole_suite``: then a missing function means a renamed or removed test).
     """
     used = {id(entry) for entry in matched.values()}
     functions = {function for _, function in items}
@@ -124,8 +125,18 @@ def stale(entries: list[XfailEntry], items, matched: dict[str, XfailEntry], mode
         named = [m for m in all_models if entry.params == m or entry.params.startswith(m + "-")]
         if named and not any(m in models for m in named):
             continue
+        if named and _names_unselected_precision(entry.params[len(max(named, key=len)) + 1:], precisions,
+                                                 all_precisions):
+            continue
         result.append(entry)
     return result
+
+
+def _names_unselected_precision(rest: str, precisions, all_precisions) -> bool:
+    """Whether parameters ``rest`` (after the model) start with a precision of the hardware that the run deselected;
+    the longest name wins (``fp16-half-partials`` over ``fp16``)."""
+    named = [p for p in all_precisions if rest == p or rest.startswith(p + "-")]
+    return bool(named) and max(named, key=len) not in precisions
 
 
 def is_strict(profile: str) -> bool:
