@@ -24,6 +24,18 @@ class Profile:
 
 
 @lru_cache(maxsize=None)
+def reference_samples(path: Path = PROFILES_FILE) -> dict[str, int]:
+    """Per model, the size of the evaluation set whose FP32 outputs ``reference/`` stores (``[reference].samples``)."""
+    from models import MODEL_NAMES
+
+    samples = tomllib.loads(Path(path).read_text()).get("reference", {}).get("samples", {})
+    missing = [m for m in MODEL_NAMES if m not in samples]
+    if missing:
+        raise ValueError(f"{path}: [reference].samples lacks model(s) {missing}")
+    return dict(samples)
+
+
+@lru_cache(maxsize=None)
 def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Profile]:
     """All profiles in ``path``; a ValueError naming the profile and key when one is incomplete."""
     from models import MODEL_NAMES
