@@ -112,29 +112,3 @@ def test_a_raising_sut_completes_every_query_and_fails(tmp_path, scenario):
     assert result.sut_errors and "device fault" in result.sut_errors[0]
     assert result.issued == result.completed > 0
 
-
-def test_simulated_ipu_answers_from_the_accuracy_run_of_the_same_samples():
-    """The performance tests' simulated IPU takes its answers from the emulator outputs the accuracy tests computed
-    for the same inputs (no second emulator run); other inputs or another precision are computed afresh."""
-    from conformance.hardware import get_backend
-    from conformance.perf import systems
-    from conformance.reference import EVAL_SEED
-    from models import load_model
-
-    model = load_model("resnet50", seed=0, image_size=32, embedding_size=8, hidden_sizes=(16, 32), depths=(1, 1),
-                       num_labels=10)
-    backend = get_backend("ipu")
-    inputs = model.sample_inputs(6, seed=EVAL_SEED)
-    workload = systems.Workload("resnet50", 6)
-    marker = {"logits": np.arange(60, dtype=np.float32).reshape(6, 10)}  # not what the emulator would give
-    systems.remember_outputs(model, "fp16", inputs, marker)
-    reused = systems.SimulatedIpu(model, "fp16", workload, 4, False, systems.ipu_ops_factory(backend, model, "fp16"))
-    assert [reused.responses[i].tolist() for i in range(6)] == marker["logits"].tolist()
-
-    other = dict(inputs, pixel_values=inputs["pixel_values"] + 1)
-    systems.remember_outputs(model, "fp8", other, marker)
-    computed = systems.SimulatedIpu(model, "fp8", workload, 4, False, systems.ipu_ops_factory(backend, model, "fp8"))
-    assert computed.responses == {}
-    computed.load(range(6))
-    expected = model(inputs, backend.make_ops(model, "fp8"))["logits"]
-    assert np.array_equal(np.stack([computed.responses[i] for i in range(6)]), expected)
