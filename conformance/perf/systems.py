@@ -86,10 +86,10 @@ class SimulatedIpu(ServiceTimeDevice):
     ``ipu`` backend's ops at the precision; the cpu FP32 model if the backend cannot run it). Packed models pack the
     batch's sequences first-fit into rows of seq_len tokens and are timed by the number of rows.
 
-    The answers are computed here rather than taken from the accuracy tests' outputs of the same samples: the bytes can
-    depend on the batching (roformer fp16 answers taken from the accuracy run's batch of 4 differed from a fresh
-    computation over the QSL's batch of 2, as BLAS may sum in another order for other matrix sizes), and TEST01
-    compares these answers byte for byte with a fresh computation over the same QSL batch."""
+    The answers are computed here rather than taken from the accuracy tests' outputs of the same samples: the bytes
+    depend on the batching (numpy's sgemm sums the same rows in another FP32 order at another M: rows of a 4096 x 768
+    by 768 x 768 product differ from those of the 2048-row product), and TEST01 compares these answers byte for byte
+    with a fresh computation over the same QSL batch."""
 
     def __init__(self, model, precision: str, workload: Workload, max_units: int, packed: bool, ops_factory):
         self.samples = Samples(model, workload)
