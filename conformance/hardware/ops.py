@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from conformance.numerics.kernels import _pair, conv2d_fp32
+from conformance.numerics.kernels import as_pair, conv2d_fp32
 
 Recorder = Callable[[str, np.ndarray], None]
 
@@ -184,9 +184,9 @@ class Ops:
 
     def max_pool2d(self, x, *, kernel, stride, padding=0, name):
         """NCHW max pooling; padding is -inf as in torch."""
-        kh, kw = _pair(kernel)
-        sh, sw = _pair(stride)
-        ph, pw = _pair(padding)
+        kh, kw = as_pair(kernel)
+        sh, sw = as_pair(stride)
+        ph, pw = as_pair(padding)
         if ph or pw:
             x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
         win = sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]

@@ -175,7 +175,7 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
 
 
-def _pair(v) -> tuple[int, int]:
+def as_pair(v) -> tuple[int, int]:
     """An int or a pair of ints as a pair (unchecked: for validated arguments)."""
     return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
 
@@ -188,9 +188,9 @@ def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
     w = np.asarray(w, np.float32)
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
-    sh, sw = _pair(stride)
-    ph, pw = _pair(padding)
-    dh, dw = _pair(dilation)
+    sh, sw = as_pair(stride)
+    ph, pw = as_pair(padding)
+    dh, dw = as_pair(dilation)
     if c != cg * groups or o % groups:
         raise ValueError(f"conv2d: input has {c} channels, weight {tuple(w.shape)} with groups={groups} expects {cg * groups}")
     if ph or pw:

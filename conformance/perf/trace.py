@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance.hardware.ops import Ops, _pair
+from conformance.hardware.ops import Ops
+from conformance.numerics.kernels import as_pair
 
 try:
     import tomllib
@@ -280,9 +281,9 @@ class TraceOps(Ops):
     def conv2d(self, x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, name):
         n, c, h, w = x.shape
         o, cg, kh, kw = weight.shape
-        sh, sw = _pair(stride)
-        ph, pw = _pair(padding)
-        dh, dw = _pair(dilation)
+        sh, sw = as_pair(stride)
+        ph, pw = as_pair(padding)
+        dh, dw = as_pair(dilation)
         ho = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
         wo = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
         out_shape = (n, o, ho, wo)
@@ -357,9 +358,9 @@ class TraceOps(Ops):
 
     def max_pool2d(self, x, *, kernel, stride, padding=0, name):
         n, c, h, w = x.shape
-        kh, kw = _pair(kernel)
-        sh, sw = _pair(stride)
-        ph, pw = _pair(padding)
+        kh, kw = as_pair(kernel)
+        sh, sw = as_pair(stride)
+        ph, pw = as_pair(padding)
         out_shape = (n, c, (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1)
         return self._vector("max_pool2d", name, out_shape, [x], flops_per_element=kh * kw)
 
