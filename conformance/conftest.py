@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.hardware import Backend, get_backend
 from conformance.plugin import SETTINGS_KEY
+from conformance.report.checks import RECORD_KEY, CheckRecord
 from conformance.settings import RunSettings
+from conformance.targets import compare
+from models import load_model
+from models.seeds import WEIGHT_SEED
 
 
 @pytest.fixture(scope="session")
@@ -14,9 +19,7 @@ def settings(pytestconfig) -> RunSettings:
 
 
 @pytest.fixture(scope="session")
-def backend(settings):
-    from conformance.hardware import get_backend
-
+def backend(settings) -> Backend:
     return get_backend(settings.hardware)
 
 
@@ -27,9 +30,6 @@ class ModelStore:
         self._models = {}
 
     def get(self, name: str):
-        from conformance.reference import WEIGHT_SEED
-        from models import load_model
-
         if name not in self._models:
             self._models[name] = load_model(name, seed=WEIGHT_SEED)
         return self._models[name]
@@ -45,7 +45,6 @@ def record_check(request):
     """Record one gated figure of the current test: ``record_check(kind=..., model=..., precision=..., check=...,
     value=..., target=..., op=">=", units=..., scenario=None, gating=True, details={})``. Returns the CheckRecord;
     ``passed`` is computed from value, op and target."""
-    from conformance.results import RECORD_KEY, CheckRecord, compare
 
     def record(**fields) -> CheckRecord:
         fields.setdefault("passed", compare(fields.get("value"), fields["op"], fields["target"]))

@@ -1,7 +1,5 @@
-"""Atomic file writes: a temporary file in the same directory, fsynced, then renamed over the target.
-
-An interrupted run therefore leaves either the previous file or the new one, never a half-written one.
-"""
+"""Files: atomic writes (a temporary file in the same directory, fsynced, then renamed over the target, so an
+interrupted run leaves either the previous file or the new one, never a half-written one) and TOML loading."""
 
 from __future__ import annotations
 
@@ -9,6 +7,11 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 
 def _umask() -> int:
@@ -44,3 +47,21 @@ def write_text_atomic(path, text: str) -> None:
 def write_bytes_atomic(path, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+
+
+def load_toml(path) -> dict:
+    """The TOML document at ``path``; a ValueError naming the file when it is missing or not valid TOML."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return parse_toml(text, path)
+
+
+def parse_toml(text: str, source) -> dict:
+    """The TOML document ``text``; a ValueError naming ``source`` (its file) when it is not valid TOML."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{source}: not valid TOML: {exc}") from None

@@ -6,19 +6,23 @@ import argparse
 import platform
 from pathlib import Path
 
+import numpy
 import pytest
 
-from conformance.hardware import HARDWARE_NAMES
-from conformance.settings import PROFILE_NAMES, RunSettings
+from conformance.hardware import get_backend, hardware_names
+from conformance.report import xfails
+from conformance.report.session import ReportSession
+from conformance.report.shard import parse_shard
+from conformance.settings import RunSettings
+from conformance.targets.profiles import PROFILE_NAMES
+from models import MODEL_NAMES, canonical_name
 
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
-REPORT_KEY = pytest.StashKey["ReportSession"]()  # conformance.report.session.ReportSession
+REPORT_KEY = pytest.StashKey[ReportSession]()
 
 
 def _model_names(value: str) -> list[str]:
     """argparse type of ``--model``: one name or a comma list, each a known model or alias."""
-    from models import canonical_name
-
     names = []
     for part in value.split(","):
         part = part.strip()
@@ -33,8 +37,6 @@ def _model_names(value: str) -> list[str]:
 
 def _shard(value: str):
     """argparse type of ``--shard``."""
-    from conformance.report.shard import parse_shard
-
     try:
         return parse_shard(value)
     except ValueError as exc:
@@ -48,8 +50,6 @@ def _precision_names(value: str) -> list[str]:
 
 def selected_precisions(config: pytest.Config) -> tuple[str, ...]:
     """The precisions to test: ``--precision`` (each one the hardware has, else a usage error listing them) or all."""
-    from conformance.hardware import get_backend
-
     hardware = config.getoption("hardware")
     valid = get_backend(hardware).precisions
     chosen = [name for group in config.getoption("precision") for name in group]
@@ -74,7 +74,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("conformance", "IPU conformance suite")
     group.addoption(
         "--hardware",
-        choices=HARDWARE_NAMES,
+        choices=hardware_names(),
         default="cpu",
         help="hardware backend to test: %(choices)s (default: %(default)s)",
     )
@@ -138,29 +138,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from models import MODEL_NAMES
-
     chosen = [name for group in config.getoption("model") for name in group]
     models = tuple(dict.fromkeys(chosen)) if chosen else MODEL_NAMES
+    hardware = config.getoption("hardware")
     config.stash[SETTINGS_KEY] = RunSettings(
-        hardware=config.getoption("hardware"),
+        hardware=hardware,
         models=models,
         profile=config.getoption("profile"),
+        precisions=selected_precisions(config),
         report_dir=config.getoption("report_dir"),
-        extra={"precisions": selected_precisions(config), "diagnose": config.getoption("diagnose")},
+        diagnose=config.getoption("diagnose"),
+        baseline=config.getoption("baseline"),
+        shard=config.getoption("shard"),
+        xfail_file=Path(config.getoption("xfail_file") or xfails.xfail_file(hardware)),
     )
-    from conformance.report.session import ReportSession
-
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
-    config.stash[REPORT_KEY] = ReportSession.from_config(config, config.stash[SETTINGS_KEY])
+    config.stash[REPORT_KEY] = ReportSession(config, config.stash[SETTINGS_KEY])
     config.pluginmanager.register(config.stash[REPORT_KEY], "conformance-report")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    import numpy
-
-    from conformance.hardware import get_backend
-
     settings = config.stash[SETTINGS_KEY]
     backend = get_backend(settings.hardware)
     versions = {"python": platform.python_version(), "numpy": numpy.__version__, **backend.versions()}

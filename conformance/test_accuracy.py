@@ -13,13 +13,16 @@ import time
 import numpy as np
 import pytest
 
-from conformance import reference, targets
-from conformance.accuracy import UNITS, compute_metrics, evaluate, worst_samples
-from conformance.diagnosis import diagnose
+from conformance.accuracy import reference
+from conformance.accuracy.diagnosis import diagnose
+from conformance.accuracy.evaluation import UNITS, compute_metrics, evaluate, worst_samples
 from conformance.fileio import write_bytes_atomic
-from conformance.hardware import UnsupportedCombination
-from conformance.hardware.ops import Ops
+from conformance.hardware import get_backend
 from conformance.plugin import SETTINGS_KEY, progress_line
+from conformance.targets import accuracy as accuracy_targets
+from models import MODEL_NAMES, run_batched
+from models.ops import Ops
+from models.seeds import EVAL_SEED
 
 # Samples the layer-by-layer diagnosis runs (the ones with the lowest SNR).
 DIAGNOSE_SAMPLES = 2
@@ -28,11 +31,17 @@ DIAGNOSE_SAMPLES = 2
 def pytest_generate_tests(metafunc):
     if "accuracy_case" in metafunc.fixturenames:
         settings = metafunc.config.stash[SETTINGS_KEY]
-        cases = targets.matrix(settings.hardware, settings.models, settings.extra.get("precisions"))
-        assert cases, (
-            f"no accuracy targets for hardware {settings.hardware!r}, models {list(settings.models)}, precisions "
-            f"{list(settings.extra.get('precisions') or [])} in {targets.ACCURACY_FILE}"
-        )
+        cases = accuracy_targets.matrix(settings.hardware, settings.models, settings.precisions)
+        if not cases:
+            backend = get_backend(settings.hardware)
+            reasons = {backend.accuracy_support(m, p) for m in MODEL_NAMES for p in backend.precisions}
+            assert None not in reasons, (
+                f"no accuracy targets for hardware {settings.hardware!r}, models {list(settings.models)}, precisions "
+                f"{list(settings.precisions)} in {accuracy_targets.ACCURACY_FILE}"
+            )
+            skip = pytest.mark.skip(reason="; ".join(sorted(reasons)))
+            metafunc.parametrize("accuracy_case", [pytest.param(None, id="none", marks=skip)])
+            return
         metafunc.parametrize("accuracy_case", cases, ids=[f"{m}-{p}" for m, p in cases])
 
 
@@ -65,34 +74,33 @@ class AccuracyRuns:
                 inputs = reference.evaluation_inputs(model, count)
                 outputs = {k: v[:count] for k, v in stored.items()}
             else:
-                inputs = model.sample_inputs(count, seed=reference.EVAL_SEED)
+                inputs = model.sample_inputs(count, seed=EVAL_SEED)
                 head = {k: v[:have] for k, v in inputs.items()}
                 if reference.sha256_arrays(head) == reference.sha256_arrays(reference.evaluation_inputs(model)):
-                    rest = reference.run_batched(model, {k: v[have:] for k, v in inputs.items()}, self.batch_size(name))
+                    rest = run_batched(model, {k: v[have:] for k, v in inputs.items()}, self.batch_size(name))
                     outputs = {k: np.concatenate([stored[k], rest[k]]) for k in stored}
                 else:  # the generator's first samples depend on the batch size: compute everything
-                    outputs = reference.run_batched(model, inputs, self.batch_size(name))
+                    outputs = run_batched(model, inputs, self.batch_size(name))
             self._references[name] = (inputs, outputs)
         return self._references[name]
 
     def hardware(self, name: str, precision: str) -> dict:
-        """The hardware's outputs at ``precision`` with the ops options that reproduce them (FP8 plan) and timing."""
+        """The hardware's outputs at ``precision``, what prepared them (ops with the same numerics: FP8 scales) and
+        the time it took."""
         key = (name, precision)
         if key not in self._runs:
             model = self.model_store.get(name)
             inputs, _ = self.reference(name)
             start = time.perf_counter()
-            options = {}
-            if hasattr(self.backend, "fp8_plan") and self.backend.policy(precision).uses_fp8:
-                options["fp8_plan"] = self.backend.fp8_plan(model, precision, batch_size=self.batch_size(name))
+            prepared = self.backend.prepare(model, precision, batch_size=self.batch_size(name))
             calibrated = time.perf_counter()
-            ops = self.backend.make_ops(model, precision, **options)
+            ops = prepared.ops()
             with np.errstate(all="ignore"):
-                outputs = reference.run_batched(model, inputs, self.batch_size(name), ops)
+                outputs = run_batched(model, inputs, self.batch_size(name), ops)
             self._runs[key] = {
                 "outputs": outputs,
-                "options": options,
-                "scales": getattr(ops, "scales_used", {}),
+                "prepared": prepared,
+                "details": prepared.details(ops),
                 "calibration_s": calibrated - start,
                 "run_s": time.perf_counter() - calibrated,
             }
@@ -120,11 +128,10 @@ def _reproduce(settings, name: str, precision: str) -> str:
 
 def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check, pytestconfig):
     name, precision = accuracy_case
-    try:
-        backend.supports(name, precision)
-    except UnsupportedCombination as exc:
-        pytest.skip(str(exc))
-    gates = targets.gates_for(settings.hardware, name, precision)
+    reason = backend.accuracy_support(name, precision)
+    if reason:
+        pytest.skip(reason)
+    gates = accuracy_targets.gates_for(settings.hardware, name, precision)
     count = accuracy_runs.count(name)
     progress_line(pytestconfig, f"accuracy {name} {precision}: {count} samples, batch {accuracy_runs.batch_size(name)}")
     inputs, ref = accuracy_runs.reference(name)
@@ -132,7 +139,7 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check,
     hw = run["outputs"]
 
     metric_sets = {"fp32": compute_metrics(name, ref, ref, inputs)}
-    for other in sorted(targets.reference_precisions(gates)):
+    for other in sorted(accuracy_targets.reference_precisions(gates)):
         metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs)
     current = compute_metrics(name, ref, hw, inputs)
     evaluations = evaluate(gates, current, metric_sets)
@@ -143,17 +150,12 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check,
 
     common = {"samples": count, "calibration_s": round(run["calibration_s"], 3), "run_s": round(run["run_s"], 3),
               "tensor_metrics": current.tensor}
-    plan = run["options"].get("fp8_plan")
-    if plan is not None:
-        common["fp8_scales"] = run["scales"]
-        common["fp8_calibration"] = {**plan.calibration, "input_format": plan.settings.input_format,
-                                     "weight_format": plan.settings.weight_format, "skip": list(plan.settings.skip)}
+    common.update(run["details"])
     diagnosis_text = ""
-    if failed or settings.extra.get("diagnose"):
+    if failed or settings.diagnose:
         model = accuracy_runs.model_store.get(name)
         samples = worst_samples(name, ref, hw, min(DIAGNOSE_SAMPLES, count))
-        diag = diagnose(model, inputs, lambda rec: Ops(recorder=rec),
-                        lambda rec: backend.make_ops(model, precision, recorder=rec, **run["options"]), samples)
+        diag = diagnose(model, inputs, lambda rec: Ops(recorder=rec), run["prepared"].ops, samples)
         common.update(diag.details())
         diagnosis_text = diag.summary()
 

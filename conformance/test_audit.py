@@ -3,7 +3,8 @@
 One test per performance target in a scenario an audit applies to (``conformance/targets/audit.toml``):
 ``test_audit[<model>-<precision>-<scenario>-TEST01]`` and ``...-TEST04]``. TEST01 records the fraction of sampled
 performance-mode responses that equal the accuracy-mode ones; TEST04 the same-sample / reference score ratio. Models
-MLPerf exempts from TEST04 are skipped with the reason. The logic is in :mod:`conformance.perf.audit`.
+MLPerf exempts from TEST04 are skipped with the reason. The logic is in :mod:`conformance.perf.test01` and
+:mod:`conformance.perf.test04`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.perf.audit import audit_matrix, load_audit_config
+from conformance.perf.audits import audit_matrix
+from conformance.perf.scenario_run import plan_target
+from conformance.perf.test01 import run_test01, task_scorer
+from conformance.perf.test04 import run_test04
 from conformance.plugin import SETTINGS_KEY
+from conformance.targets.audit import load_audit_config
 from conformance.targets.performance import load_performance_targets
 
 
@@ -24,17 +29,19 @@ def pytest_generate_tests(metafunc):
     settings = metafunc.config.stash[SETTINGS_KEY]
     config = load_audit_config()
     every, _ = audit_matrix(load_performance_targets().for_hardware(settings.hardware), config)
-    assert every, f"no compliance audits for hardware {settings.hardware!r}: check performance.toml and audit.toml"
-    precisions = settings.extra.get("precisions")
-    models = config.models_for(settings.profile, settings.models)
-    targets = load_performance_targets().for_hardware(settings.hardware, precisions, models)
+    audited = settings.profile_data.audit
+    models = audited.models_for(settings.models)
+    targets = load_performance_targets().for_hardware(settings.hardware, settings.precisions, models)
     cases, exempt = audit_matrix(targets, config)
     params = [pytest.param(c, id=c.test_id) for c in cases]
     params += [pytest.param(None, id=test_id, marks=pytest.mark.skip(reason=f"MLPerf exempts it: {reason}"))
                for test_id, reason in exempt.items()]
-    if not params:
-        reason = (f"no audits for models {list(settings.models)} in profile {settings.profile!r} (audit.toml audits "
-                  f"{list(config.models_for(settings.profile, every_model(every)))} there)")
+    if not params and not every:
+        reason = f"no performance targets of hardware {settings.hardware!r} in a scenario audit.toml audits"
+        params = [pytest.param(None, id="none", marks=pytest.mark.skip(reason=reason))]
+    elif not params:
+        reason = (f"no audits for models {list(settings.models)} in profile {settings.profile!r} (profiles.toml audits "
+                  f"{list(audited.models_for(every_model(every)))} there)")
         params = [pytest.param(None, id="none", marks=pytest.mark.skip(reason=reason))]
     metafunc.parametrize("audit_case", params)
 
@@ -51,29 +58,29 @@ def accuracy_devices() -> dict:
 
 
 def test_audit(audit_case, settings, backend, model_store, record_check, accuracy_devices):
-    from conformance.perf import audit
-    from conformance.perf.scenario_run import plan_target
-
     case, config = audit_case, load_audit_config()
     target = case.target
-    plan = plan_target(target, settings.profile, model_store=model_store, backend=backend)
+    reason = backend.audit_support(target.model, target.precision, case.audit)
+    if reason:
+        pytest.skip(reason)
+    plan = plan_target(target, settings.profile, backend, model_store.get(target.model))
     if settings.report_dir is not None:
         log_dir = Path(settings.report_dir) / "loadgen" / case.test_id
     else:
         log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{case.test_id}-"))
     common = {"hardware": target.hardware, "profile": settings.profile, "log_dir": str(log_dir)}
     if case.audit == "TEST01":
-        twin = accuracy_devices.setdefault(id(plan.device), (plan.device, audit.fresh_answers(plan.device)))[1]
-        samples = getattr(plan.device, "samples", None)
-        result = audit.run_test01(
-            plan.device, plan.settings, log_dir, sampling_target=config.sampling_target[settings.profile],
+        twin = accuracy_devices.setdefault(id(plan.device), (plan.device, plan.device.fresh()))[1]
+        samples = plan.device.samples
+        result = run_test01(
+            plan.device, plan.settings, log_dir, sampling_target=settings.profile_data.audit.sampling_target,
             rng_seed=config.accuracy_log_rng_seed, tolerance=config.accuracy_delta, accuracy_device=twin,
-            score=audit.task_scorer(samples.model, samples) if samples is not None else None, **plan.run_options)
+            score=task_scorer(samples.model, samples) if samples is not None else None, **plan.run_options)
         record = record_check(kind="audit", model=target.model, precision=target.precision, check="TEST01",
                               value=result.value, target=1.0, op=">=", units=result.units,
                               scenario=target.scenario, passed=result.passed, details={**common, **result.details()})
     else:
-        result = audit.run_test04(plan.device, plan.settings, log_dir, config=config, **plan.run_options)
+        result = run_test04(plan.device, plan.settings, log_dir, config=config, **plan.run_options)
         record = record_check(kind="audit", model=target.model, precision=target.precision, check="TEST04",
                               value=result.ratio, target=result.limit, op="<=", units="same-sample/reference score",
                               scenario=target.scenario, details={**common, **result.details()})

@@ -21,15 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import reference, targets
-from conformance.accuracy import Evaluation, MetricSet, evaluate
-from conformance.hardware import UnsupportedCombination
+from conformance.accuracy.evaluation import Evaluation, MetricSet, evaluate
 from conformance.plugin import SETTINGS_KEY, progress_line
+from conformance.targets import accuracy as accuracy_targets
+from models import load_model, run_batched
 
 CASE = "minilm"
 SEQ_LEN = 64  # first sentences of docstrings are short: at most ~40 word pieces
-# Sentences evaluated per profile; the calibration sentences are as many others.
-SENTENCES = {"smoke": 48, "default": 128, "full": 256}
 MIN_CHARS, MAX_CHARS = 25, 200
 
 
@@ -122,56 +120,45 @@ def embedding_metrics(reference_emb, hardware_emb) -> dict[str, float]:
 def pytest_generate_tests(metafunc):
     if "minilm_precision" in metafunc.fixturenames:
         settings = metafunc.config.stash[SETTINGS_KEY]
-        precisions = settings.extra.get("precisions")
-        cases = [p for m, p in targets.matrix(settings.hardware, [CASE], precisions)]
+        cases = [p for m, p in accuracy_targets.matrix(settings.hardware, [CASE], settings.precisions)]
         if cases:
             metafunc.parametrize("minilm_precision", cases)
         else:
-            reason = f"no [{settings.hardware}.{CASE}.*] targets in {targets.ACCURACY_FILE.name} for the selected precisions"
+            reason = f"no [{settings.hardware}.{CASE}.*] targets in {accuracy_targets.ACCURACY_FILE.name} for the selected precisions"
             metafunc.parametrize("minilm_precision", [pytest.param(None, marks=pytest.mark.skip(reason=reason))], ids=["none"])
 
 
 @pytest.fixture(scope="module")
 def minilm(settings):
     """(model, evaluation inputs, calibration inputs, FP32 embeddings) of the MiniLM case."""
-    from models import load_model
-
     checkpoint = _checkpoint_dir()
     model = load_model("bert-base", checkpoint=checkpoint, seq_len=SEQ_LEN)
-    count = SENTENCES[settings.profile]
+    count = settings.profile_data.minilm_sentences
     sentences = stdlib_sentences()
     if len(sentences) < 2 * count:
         count = len(sentences) // 2
     evaluation = tokenize(sentences[0:2 * count:2], checkpoint)
     calibration = tokenize(sentences[1:2 * count:2], checkpoint)
-    hidden = reference.run_batched(model, evaluation, 16)["last_hidden_state"]
+    hidden = run_batched(model, evaluation, 16)["last_hidden_state"]
     return model, evaluation, calibration, sentence_embeddings(hidden, evaluation["attention_mask"])
 
 
 def test_minilm(minilm_precision, settings, backend, minilm, record_check, pytestconfig):
     precision = minilm_precision
     model, evaluation, calibration, fp32 = minilm
-    try:
-        backend.supports("bert-base", precision)
-    except UnsupportedCombination as exc:
-        pytest.skip(str(exc))
+    reason = backend.accuracy_support("bert-base", precision)
+    if reason:
+        pytest.skip(reason)
     count = len(fp32)
     progress_line(pytestconfig, f"accuracy {CASE} {precision}: {count} sentences from the standard library's docstrings")
-    options = {}
     details = {"sentences": count, "seq_len": SEQ_LEN}
-    policy = getattr(backend, "policy", None)
-    if policy is not None and policy(precision).uses_fp8:
-        plan = backend.fp8_plan(model, precision, settings=backend.fp8_settings[CASE], batch_size=16,
-                                calibration_inputs=calibration)
-        options["fp8_plan"] = plan
-    ops = backend.make_ops(model, precision, **options)
+    prepared = backend.prepare(model, precision, calibration, batch_size=16, case=CASE)
+    ops = prepared.ops()
     with np.errstate(all="ignore"):
-        hidden = reference.run_batched(model, evaluation, 16, ops)["last_hidden_state"]
-    if options:
-        details["fp8_scales"] = ops.scales_used
-        details["fp8_calibration"] = options["fp8_plan"].calibration
+        hidden = run_batched(model, evaluation, 16, ops)["last_hidden_state"]
+    details.update(prepared.details(ops))
     nonfinite = int(hidden.size - np.count_nonzero(np.isfinite(hidden)))
-    gates = targets.gates_for(settings.hardware, CASE, precision)
+    gates = accuracy_targets.gates_for(settings.hardware, CASE, precision)
     if nonfinite:
         current = MetricSet({}, {}, {"last_hidden_state": nonfinite})
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.perf.scenario_run import plan_target
 from conformance.plugin import SETTINGS_KEY
 from conformance.targets.performance import load_performance_targets
 
@@ -17,17 +18,17 @@ def pytest_generate_tests(metafunc):
     if "performance_target" not in metafunc.fixturenames:
         return
     settings = metafunc.config.stash[SETTINGS_KEY]
-    precisions = settings.extra.get("precisions")
-    targets = load_performance_targets().for_hardware(settings.hardware, precisions, settings.models)
-    assert targets or precisions or settings.models != (), f"no performance targets for hardware {settings.hardware!r}"
+    targets = load_performance_targets().for_hardware(settings.hardware, settings.precisions, settings.models)
     metafunc.parametrize("performance_target", targets, ids=[t.test_id for t in targets])
 
 
 def test_performance(performance_target, settings, backend, model_store, record_check):
-    from conformance.perf.scenario_run import run_target
-
     target = performance_target
-    result = run_target(target, settings.profile, settings.report_dir, model_store=model_store, backend=backend)
+    reason = backend.scenario_support(target.model, target.precision, target.scenario)
+    if reason:
+        pytest.skip(reason)
+    plan = plan_target(target, settings.profile, backend, model_store.get(target.model), settings.report_dir)
+    result = plan.run()
     check, units, op = target.check
     value, bound = result.value, target.target
     if target.scenario == "Server":  # MLPerf: VALID at the target QPS, i.e. p99 latency within the bound at that rate
@@ -43,6 +44,7 @@ def test_performance(performance_target, settings, backend, model_store, record_
         "query_count": result.query_count,
         "sut_errors": result.sut_errors,
         "hardware": target.hardware,
+        "timing": backend.timing,
         "profile": settings.profile,
         "completion_lateness_ms": result.details.get("completion_lateness_ms"),
     }

@@ -1,12 +1,12 @@
-"""The FP32 reference outputs are intact and, on the ``cpu`` hardware, reproduced by the numpy models."""
+"""The FP32 reference outputs are intact and, on a hardware that runs FP32 (the ``cpu``), reproduced by it."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from conformance import reference
+from conformance.accuracy import reference
 from conformance.plugin import SETTINGS_KEY
+from models import run_batched
 
 # A different BLAS or thread count changes FP32 sums in the last bits; anything beyond this is a real change.
 REPRODUCTION_RTOL = 1e-4
@@ -19,14 +19,15 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("model_name", models)
 
 
-def test_reference(model_name, settings, model_store):
+def test_reference(model_name, settings, backend, model_store):
     model = model_store.get(model_name)
     stored = reference.load(model_name, model=model)
-    if settings.hardware != "cpu":
-        return  # on other hardware this test checks the references' integrity only; the accuracy tests use them
+    if "fp32" not in backend.precisions or backend.accuracy_support(model_name, "fp32"):
+        return  # without FP32 this test checks the references' integrity only; the accuracy tests use them
     count = settings.profile_data.samples[model_name]
     inputs = reference.evaluation_inputs(model, count)
-    fresh = reference.run_batched(model, inputs, settings.profile_data.batch_size[model_name])
+    ops = backend.prepare(model, "fp32").ops()
+    fresh = run_batched(model, inputs, settings.profile_data.batch_size[model_name], ops)
     assert set(fresh) == set(stored), f"{model_name}: outputs {sorted(fresh)} but reference has {sorted(stored)}"
     for key, ref in stored.items():
         ref = ref[:count]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from models.base import CheckpointError, InputError, Model
+from models.base import CheckpointError, InputError, Model, run_batched
 
 # Registry name -> module. The names are those of the test ids (``bert-base-fp8``).
 _MODULES = {
@@ -49,4 +49,4 @@ def load_model(name: str, checkpoint=None, seed: int = 0, **config_overrides) ->
     return model_module(name).load(checkpoint=checkpoint, seed=seed, **config_overrides)
 
 
-__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "load_model", "model_module"]
+__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "load_model", "model_module", "run_batched"]

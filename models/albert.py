@@ -9,48 +9,43 @@ layer call ``ops`` under the same names (the prefix of the weights they share), 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from models import encoder, text
-from models.base import Model, apply_overrides, read_checkpoint, take_params
+from models.base import Model, read_checkpoint, take_params
 
 
-@dataclass(frozen=True)
-class AlbertConfig:
+@dataclass(frozen=True, kw_only=True)
+class AlbertConfig(encoder.TransformerConfig):
     # albert-base-v2 (12 layers sharing one set of weights, H768, embedding 128, A12, FFN 3072, vocab 30000, gelu_new,
-    # LN eps 1e-12) at SQuAD v1.1 max_seq 384: the seed benchmark's albert (../shared/facts/models.md).
+    # LN eps 1e-12) at SQuAD v1.1 max_seq 384: the seed benchmark's albert (../shared/facts/models.md). The sizes not
+    # restated here are TransformerConfig's.
+    MODEL_NAME: ClassVar[str] = "albert"
+    # Keys of the original ALBERT release's configs (albert-base-v2 on the hub), unused by transformers.
+    IGNORED_KEYS: ClassVar[frozenset[str]] = encoder.IGNORED_CONFIG_KEYS | {
+        "down_scale_factor", "gap_size", "net_structure_type", "num_memory_blocks"}
+
     vocab_size: int = 30000
     embedding_size: int = 128
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
     num_hidden_groups: int = 1
     inner_group_num: int = 1
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
     hidden_act: str = "gelu_new"
     max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
     seq_len: int = 384
 
+    def validate(self) -> None:
+        super().validate()
+        if not 1 <= self.num_hidden_groups <= self.num_hidden_layers or self.inner_group_num < 1:
+            raise ValueError(f"{self.MODEL_NAME}: num_hidden_groups {self.num_hidden_groups} must be in [1, "
+                             f"num_hidden_layers = {self.num_hidden_layers}] and inner_group_num {self.inner_group_num} "
+                             "at least 1")
 
-JSON_FIELDS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups", "inner_group_num",
-               "num_attention_heads", "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
-               "layer_norm_eps")
 
 ALBERT_LAYER = encoder.LayerNames(
     query="attention.query", key="attention.key", value="attention.value", attention_output="attention.dense",
     attention_norm="attention.LayerNorm", intermediate="ffn", output="ffn_output", output_norm="full_layer_layer_norm")
-
-
-def validate(config: AlbertConfig) -> None:
-    encoder.check_heads(config.hidden_size, config.num_attention_heads, "albert")
-    encoder.check_activation(config.hidden_act, "albert")
-    encoder.check_seq_len(config.seq_len, config.max_position_embeddings, "albert")
-    if not 1 <= config.num_hidden_groups <= config.num_hidden_layers or config.inner_group_num < 1:
-        raise ValueError(f"albert: num_hidden_groups {config.num_hidden_groups} must be in [1, num_hidden_layers = "
-                         f"{config.num_hidden_layers}] and inner_group_num {config.inner_group_num} at least 1")
 
 
 def layer_prefix(group: int, inner: int) -> str:
@@ -118,14 +113,12 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> AlbertForQuestionAnswer
     """Seeded weights at the albert-base-v2 size (the QA head fitted to the planted answers of the sample rows), or an
     ``AlbertForQuestionAnswering`` checkpoint directory."""
     if checkpoint is None:
-        config = apply_overrides(AlbertConfig(), overrides)
-        validate(config)
+        config = AlbertConfig.from_overrides(**overrides)
         params = encoder.seeded_params(param_shapes(config), seed, ALBERT_LAYER, output_layers=("qa_outputs",))
         model = AlbertForQuestionAnswering(config, params)
         encoder.fit_seeded_span_head(model)  # the span head of a trained model (see models.encoder)
         return model
     data, tensors = read_checkpoint(checkpoint)
     source = f"albert checkpoint {str(checkpoint)!r}"
-    config = apply_overrides(encoder.config_from_json(AlbertConfig, AlbertConfig(), data, source, JSON_FIELDS), overrides)
-    validate(config)
+    config = AlbertConfig.from_checkpoint_config(data, source, **overrides)
     return AlbertForQuestionAnswering(config, take_params(tensors, param_shapes(config), source))

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
 
-from conformance.hardware.ops import FP32, Ops
+from models.ops import FP32, Ops
 
 
 class CheckpointError(ValueError):
@@ -107,6 +109,20 @@ class Model:
         return int(batch)
 
 
+def run_batched(model: Model, inputs: dict[str, np.ndarray], batch_size: int, ops: Ops | None = None,
+                progress=None) -> dict[str, np.ndarray]:
+    """Run ``model`` over ``inputs`` in batches of ``batch_size`` and concatenate the outputs."""
+    n = len(next(iter(inputs.values())))
+    parts: dict[str, list[np.ndarray]] = {}
+    for start in range(0, n, batch_size):
+        batch = {k: v[start:start + batch_size] for k, v in inputs.items()}
+        for key, value in model(batch, ops).items():
+            parts.setdefault(key, []).append(value)
+        if progress is not None:
+            progress(min(start + batch_size, n), n)
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
 # -- configs ----------------------------------------------------------------------------------------------------------
 def apply_overrides(config, overrides: dict[str, Any]):
     """A copy of the dataclass ``config`` with ``overrides``; unknown field names are a TypeError listing the valid ones."""
@@ -121,6 +137,15 @@ def apply_overrides(config, overrides: dict[str, Any]):
             value = type(current)(json.loads(value)) if not isinstance(current, bool) else value.lower() in ("1", "true", "yes")
         converted[key] = value
     return dataclasses.replace(config, **converted)
+
+
+def checkpoint_config(defaults, fields: dict[str, Any], source: str):
+    """``defaults`` with the ``fields`` that a checkpoint's config.json gives (through :func:`apply_overrides`); a field
+    the config dataclass refuses (TypeError, ValueError) is a CheckpointError naming config.json."""
+    try:
+        return apply_overrides(defaults, fields)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source}: bad config.json: {exc}") from None
 
 
 # -- weights ----------------------------------------------------------------------------------------------------------
@@ -152,9 +177,6 @@ class ParamInit:
 
 def read_checkpoint(directory) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """``config.json`` and ``model.safetensors`` of a transformers ``save_pretrained`` directory (never unpickles)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
     path = Path(directory)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist (expected config.json + model.safetensors)")
@@ -167,6 +189,8 @@ def read_checkpoint(directory) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         config = json.loads(config_path.read_text())
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"checkpoint {str(config_path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"checkpoint {str(config_path)!r} is not a JSON object (it holds a {type(config).__name__})")
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as exc:

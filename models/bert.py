@@ -8,41 +8,37 @@ all-MiniLM-L6-v2) loads as :class:`BertModel`, whose output is ``last_hidden_sta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from models import encoder, text
-from models.base import Model, apply_overrides, read_checkpoint, take_params
+from models.base import Model, read_checkpoint, take_params
 
-
-@dataclass(frozen=True)
-class BertConfig:
-    # bert-base-uncased (L12, H768, A12, FFN 3072, vocab 30522, erf GELU, LN eps 1e-12) at SQuAD v1.1 max_seq 384:
-    # the seed benchmark's bert-base (../shared/facts/models.md).
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
-    seq_len: int = 384
-    architecture: str = "BertForQuestionAnswering"  # or "BertModel" (no head, outputs last_hidden_state)
-
-
-JSON_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-               "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
 PREFIXES = {"BertForQuestionAnswering": "bert.", "BertModel": ""}  # where the encoder's tensors live in the checkpoint
 
 
-def validate(config: BertConfig) -> None:
-    if config.architecture not in PREFIXES:
-        raise ValueError(f"bert-base: architecture {config.architecture!r} is not one of {sorted(PREFIXES)}")
-    encoder.check_heads(config.hidden_size, config.num_attention_heads, "bert-base")
-    encoder.check_activation(config.hidden_act, "bert-base")
-    encoder.check_seq_len(config.seq_len, config.max_position_embeddings, "bert-base")
+@dataclass(frozen=True, kw_only=True)
+class BertConfig(encoder.TransformerConfig):
+    # bert-base-uncased (L12, H768, A12, FFN 3072, vocab 30522, erf GELU, LN eps 1e-12) at SQuAD v1.1 max_seq 384:
+    # the seed benchmark's bert-base (../shared/facts/models.md). The sizes not restated here are TransformerConfig's.
+    MODEL_NAME: ClassVar[str] = "bert-base"
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("seq_len", "architecture")  # architecture: from the tensor names
+    # Keys of BERT configs converted from Google's TensorFlow checkpoints (e.g. bert-base-chinese), unused by transformers.
+    IGNORED_KEYS: ClassVar[frozenset[str]] = encoder.IGNORED_CONFIG_KEYS | {
+        "directionality", "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head",
+        "pooler_type"}
+
+    vocab_size: int = 30522
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    seq_len: int = 384
+    architecture: str = "BertForQuestionAnswering"  # or "BertModel" (no head, outputs last_hidden_state)
+
+    def validate(self) -> None:
+        if self.architecture not in PREFIXES:
+            raise ValueError(f"{self.MODEL_NAME}: architecture {self.architecture!r} is not one of {sorted(PREFIXES)}")
+        super().validate()
 
 
 def param_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
@@ -117,8 +113,7 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> BertModel:
     ``BertForQuestionAnswering`` / ``BertModel`` checkpoint directory (told apart by the ``bert.`` prefix of the tensor
     names)."""
     if checkpoint is None:
-        config = apply_overrides(BertConfig(), overrides)
-        validate(config)
+        config = BertConfig.from_overrides(**overrides)
         params = encoder.seeded_params(param_shapes(config), seed, encoder.BERT_LAYER, output_layers=("qa_outputs",))
         model = CLASSES[config.architecture](config, params)
         if isinstance(model, BertForQuestionAnswering):
@@ -127,7 +122,5 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> BertModel:
     data, tensors = read_checkpoint(checkpoint)
     source = f"bert-base checkpoint {str(checkpoint)!r}"
     architecture = "BertForQuestionAnswering" if any(k.startswith("bert.") for k in tensors) else "BertModel"
-    config = encoder.config_from_json(BertConfig, BertConfig(architecture=architecture), data, source, JSON_FIELDS)
-    config = apply_overrides(config, overrides)
-    validate(config)
+    config = BertConfig.from_checkpoint_config(data, source, **{"architecture": architecture, **overrides})
     return CLASSES[config.architecture](config, take_params(tensors, param_shapes(config), source))

@@ -39,8 +39,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from conformance.hardware.ops import Ops
-from models.base import CheckpointError, InputSpec, Model, ParamInit, apply_overrides, read_checkpoint, take_params
+from models import speech
+from models.base import InputSpec, Model, ParamInit, apply_overrides, checkpoint_config, read_checkpoint, take_params
+from models.ops import Ops
 
 _ACTIVATIONS = ("swish", "silu", "gelu")
 _BLOCK_LN_EPS = 1e-5  # nn.LayerNorm default: transformers' Conformer block norms do not take config.layer_norm_eps
@@ -318,82 +319,19 @@ class Conformer(Model):
 
     # -- sample data -----------------------------------------------------------------------------------------------
     def sample_inputs(self, batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
-        """Log-mel-like features: formant envelopes and a mel-warped harmonic comb of a gliding pitch over syllable-rate
-        energy with pauses, plus noise; static, delta and delta-delta channels, mean/variance normalised per utterance.
-        Valid lengths are uniform in [40%, 100%] of the frames (multiples of 4); the tail is 0 in src and True in the mask.
+        """Padded, normalised log-mel-like features of synthetic utterances (see :func:`models.speech.speech_like`).
         Sample ``i`` depends only on (seed, i), not on the batch size."""
         c = self.config
-        src = np.zeros((batch_size, c.in_channels, c.feature_bins, c.frames), np.float32)
-        pad_mask = np.ones((batch_size, c.subsampled_frames), bool)
-        for i in range(batch_size):
-            rng = np.random.default_rng([seed, i, 0xC0F])
-            valid = 4 * int(rng.integers(max(1, math.ceil(0.4 * c.subsampled_frames)), c.subsampled_frames + 1))
-            features = _speech_like_features(rng, c.feature_bins, valid, c.in_channels)  # (C, F, valid)
-            src[i, :, :, :valid] = features
-            pad_mask[i, : valid // 4] = False
-        return {"src": src, "src_pad_mask": pad_mask}
-
-
-def _mel_centres(bins: int, low_hz: float = 20.0, high_hz: float = 8000.0) -> np.ndarray:
-    mel = np.linspace(2595 * np.log10(1 + low_hz / 700), 2595 * np.log10(1 + high_hz / 700), bins + 2)
-    return 700 * (10 ** (mel / 2595) - 1)  # (bins + 2,) Hz: band edges and centres of a triangular mel filterbank
-
-
-def _smooth_walk(rng, length: int, scale: float, smooth: int) -> np.ndarray:
-    steps = rng.standard_normal(length + smooth)
-    kernel = np.hanning(smooth + 2)[1:-1]
-    walk = np.convolve(np.cumsum(steps), kernel / kernel.sum(), mode="valid")[:length]
-    return scale * (walk - walk.mean()) / (walk.std() + 1e-9)
-
-
-def _deltas(x: np.ndarray, window: int = 2) -> np.ndarray:
-    """Kaldi/ESPnet delta features along the last axis (regression over +-window frames, edges replicated)."""
-    padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(window, window)], mode="edge")
-    t = x.shape[-1]
-    num = sum(n * (padded[..., window + n: window + n + t] - padded[..., window - n: window - n + t])
-              for n in range(1, window + 1))
-    return num / (2 * sum(n * n for n in range(1, window + 1)))
-
-
-def _speech_like_features(rng: np.random.Generator, bins: int, frames: int, channels: int) -> np.ndarray:
-    """(channels, bins, frames) normalised log-mel (+ deltas) of a synthetic utterance."""
-    edges = _mel_centres(bins)
-    centres, bandwidth = edges[1:-1], (edges[2:] - edges[:-2]) / 2  # (F,) Hz
-    tpos = np.arange(frames)
-    # Formants: three resonances gliding slowly around typical vowel values.
-    formants = [(500, 250), (1500, 500), (2500, 400)]
-    log_env = np.zeros((bins, frames))
-    for k, (f_mean, f_spread) in enumerate(formants):
-        fk = f_mean + _smooth_walk(rng, frames, f_spread, 12)  # (T,)
-        width = 80 + 40 * k
-        log_env += (2.5 - 0.5 * k) * np.exp(-0.5 * ((centres[:, None] - fk[None, :]) / (width + bandwidth[:, None])) ** 2)
-    log_env -= 1.5 * (centres[:, None] / centres[-1])  # spectral tilt
-    # Voicing: a mel-warped harmonic comb of a gliding pitch, visible where harmonics are wider apart than the band.
-    f0 = rng.uniform(100, 220) * np.exp(_smooth_walk(rng, frames, 0.12, 20))  # (T,) Hz
-    visibility = np.exp(-((bandwidth[:, None] / f0[None, :]) ** 2))  # (F, T)
-    comb = 1.0 + 0.9 * visibility * np.cos(2 * np.pi * centres[:, None] / f0[None, :])
-    voiced = (np.sin(2 * np.pi * tpos / rng.uniform(20, 30) + rng.uniform(0, 2 * np.pi)) > -0.3).astype(float)
-    # Energy: syllable-rate modulation (~4 Hz at 100 frames/s) and pauses.
-    energy = 1.5 * np.sin(2 * np.pi * tpos / rng.uniform(20, 30) + rng.uniform(0, 2 * np.pi)) + _smooth_walk(rng, frames, 0.7, 30)
-    for _ in range(rng.integers(0, 3)):
-        start = int(rng.integers(0, max(1, frames - 20)))
-        energy[start: start + int(rng.integers(8, 30))] -= 4.0
-    power = np.exp(log_env + energy[None, :]) * np.where(voiced[None, :] > 0, comb, 0.6)
-    logmel = np.log(power + 0.05) + 0.15 * rng.standard_normal((bins, frames))
-    stack = [logmel]
-    while len(stack) < channels:
-        stack.append(_deltas(stack[-1]))
-    feats = np.stack(stack[:channels])  # (C, F, T)
-    mean = feats.mean(axis=-1, keepdims=True)
-    std = feats.std(axis=-1, keepdims=True) + 1e-5
-    return ((feats - mean) / std).astype(np.float32)
+        return speech.speech_like(batch_size, seed, c.in_channels, c.feature_bins, c.frames)
 
 
 # -- loading --------------------------------------------------------------------------------------------------------
-def config_from_json(data: dict) -> ConformerConfig:
-    """The fields of a ``config.json`` (a Wav2Vec2ConformerConfig's, plus in_channels / feature_bins / frames if present)."""
+def config_from_json(data: dict, source: str) -> ConformerConfig:
+    """The fields of a ``config.json`` (a Wav2Vec2ConformerConfig's, plus in_channels / feature_bins / frames if present);
+    its other keys (Wav2Vec2ConformerConfig has many for the parts this encoder lacks) are ignored, absent fields keep
+    their defaults."""
     known = {f.name for f in fields(ConformerConfig)}
-    return ConformerConfig(**{k: v for k, v in data.items() if k in known})
+    return checkpoint_config(ConformerConfig(), {k: v for k, v in data.items() if k in known}, source)
 
 
 def load(checkpoint=None, seed: int = 0, **overrides) -> Conformer:
@@ -402,12 +340,9 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> Conformer:
         config = apply_overrides(ConformerConfig(), overrides)
         return Conformer(config, init_params(config, seed))
     data, tensors = read_checkpoint(checkpoint)
-    try:
-        config = apply_overrides(config_from_json(data), overrides)
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint {str(checkpoint)!r} config.json: {exc}") from None
-    params = take_params(tensors, parameter_shapes(config), f"conformer checkpoint {str(checkpoint)!r}")
-    return Conformer(config, params)
+    source = f"conformer checkpoint {str(checkpoint)!r}"
+    config = apply_overrides(config_from_json(data, source), overrides)
+    return Conformer(config, take_params(tensors, parameter_shapes(config), source))
 
 
 __all__ = ["Conformer", "ConformerConfig", "load", "parameter_shapes", "init_params", "relative_position_table"]

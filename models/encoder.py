@@ -1,5 +1,6 @@
 """The pieces BERT, ALBERT and RoFormer share: embeddings, the extended attention mask, multi-head self-attention, the
-post-LayerNorm encoder layer, and seeded weights that behave like trained ones.
+post-LayerNorm encoder layer, the config fields with their validation and strict ``config.json`` reader
+(:class:`TransformerConfig`), and seeded weights that behave like trained ones.
 
 All three are post-LN transformer encoders (``x = LN(x + attn(x)); x = LN(x + ffn(x))``) that differ in parameter names,
 in the embeddings (ALBERT factorises them, RoFormer has no position table) and in the position encoding (RoFormer rotates
@@ -9,25 +10,20 @@ rearrangements (head split/merge, rotary pair swap, mask construction) stay here
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Callable
+import json
+from dataclasses import dataclass, fields
+from typing import Any, Callable, ClassVar, get_type_hints
 
 import numpy as np
 
-from conformance.hardware.ops import FP32
-from models.base import CheckpointError, InputError, InputSpec, ParamInit
+from models.base import CheckpointError, InputError, InputSpec, ParamInit, apply_overrides
+from models.ops import FP32
 
 # transformers' hidden_act names -> the GELU form (ACT2FN: "gelu" is the erf form, "gelu_new" the tanh approximation).
 GELU_FORMS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 
 # Added to the attention scores of padded keys, as in transformers' extended attention mask (torch.finfo(float32).min).
 MASK_VALUE = np.float32(np.finfo(np.float32).min)
-
-
-def check_activation(hidden_act: str, source: str) -> None:
-    if hidden_act not in GELU_FORMS:
-        raise ValueError(f"{source}: hidden_act {hidden_act!r} is not supported; expected one of {sorted(GELU_FORMS)}")
 
 
 def activation(ops, x, hidden_act: str, *, name: str):
@@ -137,24 +133,113 @@ def encoder_layer(ops, params, prefix: str, names: LayerNames, x, mask, *, num_h
     return layer_norm(ops, params, f"{prefix}.{names.output_norm}", out, eps)  # (B, S, H)
 
 
-def check_heads(hidden_size: int, num_attention_heads: int, source: str) -> None:
-    if num_attention_heads <= 0 or hidden_size % num_attention_heads:
-        raise ValueError(f"{source}: hidden_size {hidden_size} is not a multiple of num_attention_heads {num_attention_heads}")
+# -- configs ----------------------------------------------------------------------------------------------------------
+# Keys of a transformers config.json that do not change what these encoders compute at inference, ignored by name:
+# bookkeeping, training-only settings (dropout, initialisation, gradient checkpointing), special token ids, and flags of
+# caching, weight tying and the output format. These are what save_pretrained of BertForQuestionAnswering, BertModel,
+# AlbertForQuestionAnswering and RoFormerForSequenceClassification writes besides the config fields (transformers 4.x and
+# 5.x), plus keys of older hub configs (e.g. all-MiniLM-L6-v2's). Any other key is refused, so that a checkpoint feature
+# the numpy models lack is never dropped silently.
+IGNORED_CONFIG_KEYS = frozenset({
+    # bookkeeping
+    "_name_or_path", "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "id2label",
+    "label2id", "num_labels", "problem_type", "finetuning_task", "task_specific_params", "tokenizer_class", "prefix",
+    # training only
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "classifier_dropout_prob",
+    "initializer_range", "gradient_checkpointing", "use_bfloat16",
+    # special tokens, caching, weight tying, output format, encoder-decoder wiring (unused without is_decoder)
+    "pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "use_cache", "tie_word_embeddings",
+    "chunk_size_feed_forward", "output_attentions", "output_hidden_states", "return_dict", "torchscript",
+    "is_encoder_decoder", "add_cross_attention",
+})
+# Keys that would change the computation with another value: accepted when absent, null or the value implemented here.
+REQUIRED_CONFIG_VALUES = {"is_decoder": False, "position_embedding_type": "absolute", "pruned_heads": {}}
 
 
-def check_seq_len(seq_len: int, max_positions: int, source: str) -> None:
-    if not 1 <= seq_len <= max_positions:
-        raise ValueError(f"{source}: seq_len {seq_len} must be in [1, max_position_embeddings = {max_positions}]")
+def _json_value(value, kind: type):
+    """``value`` (from JSON) as ``kind``, or None when it is not one: a float field takes any number, an int field
+    only integers (never a bool)."""
+    if isinstance(value, bool):
+        return value if kind is bool else None
+    if kind is float and isinstance(value, (int, float)):
+        return float(value)
+    return value if isinstance(value, kind) else None
 
 
-def config_from_json(config_cls, defaults, data: dict, source: str, fields: tuple[str, ...]):
-    """The config dataclass with ``fields`` taken from a checkpoint's config.json; a missing field is a CheckpointError."""
-    values = {}
-    for field in fields:
-        if data.get(field) is None:
-            raise CheckpointError(f"{source}: config.json lacks {field!r} (expected a transformers {config_cls.__name__})")
-        values[field] = data[field]
-    return dataclasses.replace(defaults, **values)
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """The fields BERT, ALBERT and RoFormer share (transformers' names, plus ``seq_len``). The defaults here are those
+    all three models have; each subclass sets ``vocab_size``, ``hidden_act``, ``max_position_embeddings`` and
+    ``seq_len``, and adds its own fields.
+
+    :meth:`from_overrides` (seeded models) and :meth:`from_checkpoint_config` (a checkpoint's config.json) build a
+    validated config; subclasses extend :meth:`validate` and the ClassVars below."""
+
+    MODEL_NAME: ClassVar[str] = ""  # the registry name, which starts the validation messages
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("seq_len",)  # fields that are ours, not in transformers' config.json
+    IGNORED_KEYS: ClassVar[frozenset[str]] = IGNORED_CONFIG_KEYS
+    REQUIRED_VALUES: ClassVar[dict[str, Any]] = REQUIRED_CONFIG_VALUES
+
+    vocab_size: int
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str
+    max_position_embeddings: int
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    seq_len: int  # input length (not in transformers' config)
+
+    def validate(self) -> None:
+        """A ValueError naming the model and the field for a config the model cannot run."""
+        name = self.MODEL_NAME
+        if self.num_attention_heads <= 0 or self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"{name}: hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                             f"{self.num_attention_heads}")
+        if self.hidden_act not in GELU_FORMS:
+            raise ValueError(f"{name}: hidden_act {self.hidden_act!r} is not supported; expected one of {sorted(GELU_FORMS)}")
+        if not 1 <= self.seq_len <= self.max_position_embeddings:
+            raise ValueError(f"{name}: seq_len {self.seq_len} must be in [1, max_position_embeddings = "
+                             f"{self.max_position_embeddings}]")
+
+    @classmethod
+    def from_overrides(cls, **overrides):
+        """The default config with ``overrides`` (see :func:`models.base.apply_overrides`), validated."""
+        config = apply_overrides(cls(), overrides)
+        config.validate()
+        return config
+
+    @classmethod
+    def from_checkpoint_config(cls, raw: dict[str, Any], source: str, **overrides):
+        """The config a transformers ``config.json`` (``raw``, a dict) describes, with ``overrides`` on top, validated.
+
+        Strict: every field but :attr:`LOCAL_FIELDS` must be present (not null) with its type (a float field takes
+        any number); keys in :attr:`REQUIRED_VALUES` must have that value; other keys must be in :attr:`IGNORED_KEYS`.
+        Each violation is a CheckpointError starting with ``source`` and naming config.json and the key."""
+        hints = get_type_hints(cls)
+        read = [f.name for f in fields(cls) if f.name not in cls.LOCAL_FIELDS]
+        values = {}
+        for name in read:
+            value = raw.get(name)
+            if value is None:
+                raise CheckpointError(f"{source}: config.json lacks {name!r} (expected a transformers {cls.__name__})")
+            kind = hints[name]
+            values[name] = _json_value(value, kind)
+            if values[name] is None:
+                raise CheckpointError(f"{source}: config.json field {name!r} is {json.dumps(value)} "
+                                      f"({type(value).__name__}), expected {kind.__name__}")
+        for key, wanted in cls.REQUIRED_VALUES.items():
+            if raw.get(key) is not None and raw[key] != wanted:
+                raise CheckpointError(f"{source}: config.json sets {key} = {json.dumps(raw[key])}, which is not "
+                                      f"supported (only {json.dumps(wanted)})")
+        unknown = sorted(set(raw) - set(read) - set(cls.REQUIRED_VALUES) - cls.IGNORED_KEYS)
+        if unknown:
+            raise CheckpointError(f"{source}: config.json has unknown key(s) {unknown} (not {cls.__name__} fields, nor "
+                                  "keys known to leave the computation unchanged)")
+        config = apply_overrides(cls(**values), overrides)
+        config.validate()
+        return config
 
 
 # -- seeded weights ---------------------------------------------------------------------------------------------------

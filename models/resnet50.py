@@ -16,8 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.hardware.ops import Ops
-from models.base import CheckpointError, InputSpec, Model, ParamInit, apply_overrides, read_checkpoint, take_params
+from models.base import (
+    CheckpointError,
+    InputSpec,
+    Model,
+    ParamInit,
+    apply_overrides,
+    checkpoint_config,
+    read_checkpoint,
+    take_params,
+)
+from models.ops import Ops
 
 STEM_CONV = "resnet.embedder.embedder.convolution"
 """The first (7x7, stride 2) downsampling conv on the raw pixels."""
@@ -273,5 +282,5 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> ResNet50:
         return ResNet50(config, seeded_params(config, seed))
     raw, tensors = read_checkpoint(checkpoint)
     source = f"resnet50 checkpoint {str(checkpoint)!r}"
-    config = apply_overrides(ResNetConfig(), {**_config_from_checkpoint(raw, source), **overrides})
+    config = apply_overrides(checkpoint_config(ResNetConfig(), _config_from_checkpoint(raw, source), source), overrides)
     return ResNet50(config, take_params(tensors, param_shapes(config), source))

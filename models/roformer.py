@@ -10,41 +10,43 @@ pos / 10000^(2i/d) read from the fixed sinusoidal table ``roformer.encoder.embed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from models import encoder, text
-from models.base import CheckpointError, Model, apply_overrides, read_checkpoint, take_params
+from models.base import Model, read_checkpoint, take_params
 
 
-@dataclass(frozen=True)
-class RoFormerConfig:
+@dataclass(frozen=True, kw_only=True)
+class RoFormerConfig(encoder.TransformerConfig):
     # RoFormer base (junnyu/roformer_chinese_base: L12, H768 = embedding 768, A12, FFN 3072, vocab 50000, erf GELU,
-    # 1536 positions, LN eps 1e-12) at the seed benchmark's input length 1024 (../shared/facts/models.md).
+    # 1536 positions, LN eps 1e-12) at the seed benchmark's input length 1024 (../shared/facts/models.md). The sizes not
+    # restated here are TransformerConfig's.
+    MODEL_NAME: ClassVar[str] = "roformer"
+    REQUIRED_VALUES: ClassVar[dict[str, Any]] = {**encoder.REQUIRED_CONFIG_VALUES, "rotary_value": False}  # values not rotated
+
     vocab_size: int = 50000
     embedding_size: int = 768
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
     hidden_act: str = "gelu"
     max_position_embeddings: int = 1536
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
     seq_len: int = 1024
 
+    def validate(self) -> None:
+        super().validate()
+        head_size = self.hidden_size // self.num_attention_heads
+        if head_size % 2:
+            raise ValueError(f"{self.MODEL_NAME}: the head size {head_size} must be even (rotary pairs)")
 
-JSON_FIELDS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-               "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+    @classmethod
+    def from_checkpoint_config(cls, raw: dict[str, Any], source: str, **overrides) -> RoFormerConfig:
+        """As TransformerConfig's, with ``embedding_size`` = ``hidden_size`` where config.json leaves it out or null."""
+        if raw.get("embedding_size") is None:  # older configs leave it out: transformers then uses hidden_size
+            raw = {**raw, "embedding_size": raw.get("hidden_size")}
+        return super().from_checkpoint_config(raw, source, **overrides)
+
+
 POSITIONS = "roformer.encoder.embed_positions.weight"
-
-
-def validate(config: RoFormerConfig) -> None:
-    encoder.check_heads(config.hidden_size, config.num_attention_heads, "roformer")
-    if (config.hidden_size // config.num_attention_heads) % 2:
-        raise ValueError(f"roformer: the head size {config.hidden_size // config.num_attention_heads} must be even (rotary pairs)")
-    encoder.check_activation(config.hidden_act, "roformer")
-    encoder.check_seq_len(config.seq_len, config.max_position_embeddings, "roformer")
 
 
 def param_shapes(config: RoFormerConfig) -> dict[str, tuple[int, ...]]:
@@ -127,8 +129,7 @@ class RoFormerForSequenceClassification(Model):
 def load(checkpoint=None, seed: int = 0, **overrides) -> RoFormerForSequenceClassification:
     """Seeded weights at the RoFormer-base size, or a ``RoFormerForSequenceClassification`` checkpoint (num_labels=1)."""
     if checkpoint is None:
-        config = apply_overrides(RoFormerConfig(), overrides)
-        validate(config)
+        config = RoFormerConfig.from_overrides(**overrides)
         shapes = param_shapes(config)
         positions = shapes.pop(POSITIONS)
         params = encoder.seeded_params(shapes, seed, encoder.BERT_LAYER, output_layers=("classifier.out_proj",))
@@ -136,10 +137,5 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> RoFormerForSequenceClas
         return RoFormerForSequenceClassification(config, params)
     data, tensors = read_checkpoint(checkpoint)
     source = f"roformer checkpoint {str(checkpoint)!r}"
-    if data.get("rotary_value"):
-        raise CheckpointError(f"{source}: rotary_value=true (rotating the values too) is not supported")
-    if data.get("embedding_size") is None:  # older configs leave it out: transformers then uses hidden_size
-        data = {**data, "embedding_size": data.get("hidden_size")}
-    config = apply_overrides(encoder.config_from_json(RoFormerConfig, RoFormerConfig(), data, source, JSON_FIELDS), overrides)
-    validate(config)
+    config = RoFormerConfig.from_checkpoint_config(data, source, **overrides)
     return RoFormerForSequenceClassification(config, take_params(tensors, param_shapes(config), source))

@@ -32,9 +32,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import save_file
 
-from conformance.hardware.ops import Ops
-from models.base import CheckpointError, InputError, InputSpec, Model, ParamInit, apply_overrides, read_checkpoint, take_params
+from models.base import (
+    CheckpointError,
+    InputError,
+    InputSpec,
+    Model,
+    ParamInit,
+    apply_overrides,
+    checkpoint_config,
+    read_checkpoint,
+    take_params,
+)
+from models.ops import Ops
 
 # Distinct values of C1..C26 in the Criteo Kaggle display-advertising training set (as counted by DLRM's Kaggle
 # preprocessing). The full tables (33.8M rows) would need ~2 GB per 16-wide embedding set; production Wide & Deep
@@ -270,8 +281,6 @@ def _logistic_regression(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 # -- checkpoints ----------------------------------------------------------------------------------------------------------
 def save_checkpoint(model: WideDeep, directory) -> Path:
     """Write ``config.json`` (the config fields) and ``model.safetensors`` (the tensor names above) to ``directory``."""
-    from safetensors.numpy import save_file
-
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps({"model_type": "widedeep", **asdict(model.config)}, indent=2))
@@ -290,9 +299,5 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> WideDeep:
     if raw.get("model_type") != "widedeep":
         raise CheckpointError(f"{source}: config.json model_type is {raw.get('model_type')!r}, expected 'widedeep'")
     fields = {k: raw[k] for k in ("bucket_sizes", "num_numeric", "embedding_dim", "hidden_sizes") if k in raw}
-    try:
-        config = apply_overrides(WideDeepConfig(), fields)
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source}: bad config.json: {exc}") from None
-    config = apply_overrides(config, overrides)
+    config = apply_overrides(checkpoint_config(WideDeepConfig(), fields, source), overrides)
     return WideDeep(config, take_params(tensors, param_shapes(config), source))

@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import reference, targets
-from conformance.accuracy import compute_metrics, evaluate
+from conformance.accuracy.evaluation import compute_metrics, evaluate
 from conformance.hardware import get_backend
-from conformance.hardware.ipu import IpuOps
-from models import load_model
+from conformance.hardware.ipu.ops import IpuOps
+from conformance.targets import accuracy as accuracy_targets
+from models import load_model, run_batched
+from models.seeds import EVAL_SEED
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_BERT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, intermediate_size=256, seq_len=128)
@@ -23,12 +24,12 @@ SAMPLES = 8
 @pytest.fixture(scope="module")
 def small_bert():
     model = load_model("bert-base", **SMALL_BERT)
-    inputs = model.sample_inputs(SAMPLES, seed=reference.EVAL_SEED)
-    return model, inputs, reference.run_batched(model, inputs, SAMPLES)
+    inputs = model.sample_inputs(SAMPLES, seed=EVAL_SEED)
+    return model, inputs, run_batched(model, inputs, SAMPLES)
 
 
 def _metrics(model, inputs, ref, ops):
-    return compute_metrics("bert-base", ref, reference.run_batched(model, inputs, SAMPLES, ops), inputs)
+    return compute_metrics("bert-base", ref, run_batched(model, inputs, SAMPLES, ops), inputs)
 
 
 def _verdicts(evaluations) -> dict[str, bool]:
@@ -41,15 +42,15 @@ def fp8_setup(small_bert):
     backend = get_backend("ipu")
     plan = backend.fp8_plan(model, "fp8", batch_size=SAMPLES, calibration_samples=4)
     sets = {"fp32": compute_metrics("bert-base", ref, ref, inputs),
-            "fp16": _metrics(model, inputs, ref, backend.make_ops(model, "fp16"))}
+            "fp16": _metrics(model, inputs, ref, backend.prepare(model, "fp16").ops())}
     return backend, plan, sets
 
 
 def test_correct_fp8_passes_the_tensor_gates(small_bert, fp8_setup):
     model, inputs, ref = small_bert
     backend, plan, sets = fp8_setup
-    current = _metrics(model, inputs, ref, backend.make_ops(model, "fp8", fp8_plan=plan))
-    verdicts = _verdicts(evaluate(targets.gates_for("ipu", "bert-base", "fp8"), current, sets))
+    current = _metrics(model, inputs, ref, IpuOps(backend.policy("fp8"), fp8_plan=plan))
+    verdicts = _verdicts(evaluate(accuracy_targets.gates_for("ipu", "bert-base", "fp8"), current, sets))
     assert verdicts["snr_db"] and verdicts["cosine"], verdicts
 
 
@@ -65,8 +66,8 @@ def test_wrong_fp8_scale_fails_the_fp8_gates(small_bert, fp8_setup, shift, must_
     backend, plan, sets = fp8_setup
     wrong = dataclasses.replace(plan, input_scales={
         op: {k: int(np.clip(s + shift, -32, 31)) for k, s in scales.items()} for op, scales in plan.input_scales.items()})
-    current = _metrics(model, inputs, ref, backend.make_ops(model, "fp8", fp8_plan=wrong))
-    evaluations = evaluate(targets.gates_for("ipu", "bert-base", "fp8"), current, sets)
+    current = _metrics(model, inputs, ref, IpuOps(backend.policy("fp8"), fp8_plan=wrong))
+    evaluations = evaluate(accuracy_targets.gates_for("ipu", "bert-base", "fp8"), current, sets)
     verdicts = _verdicts(evaluations)
     assert not any(verdicts[check] for check in must_fail), verdicts
 
@@ -87,7 +88,7 @@ def test_nan_in_an_output_is_a_failed_gate_naming_count_and_output(small_bert):
     backend = get_backend("ipu")
     current = _metrics(model, inputs, ref, _NanHead(backend.policy("fp16")))
     assert current.nonfinite == {"start_logits": 3}
-    evaluations = evaluate(targets.gates_for("ipu", "bert-base", "fp16"), current, {"fp32": current})
+    evaluations = evaluate(accuracy_targets.gates_for("ipu", "bert-base", "fp16"), current, {"fp32": current})
     assert evaluations and not any(e.passed for e in evaluations)
     assert all("3 in output 'start_logits'" in e.describe() for e in evaluations)
 
@@ -97,9 +98,9 @@ def test_shipped_targets_cover_every_model_and_precision_of_ipu():
     from models import MODEL_NAMES
 
     backend = get_backend("ipu")
-    pairs = set(targets.matrix("ipu", MODEL_NAMES))
+    pairs = set(accuracy_targets.matrix("ipu", MODEL_NAMES))
     assert pairs == {(m, p) for m in MODEL_NAMES for p in backend.precisions}
-    for gate in targets.load_targets():
+    for gate in accuracy_targets.load_targets():
         if gate.hardware == "ipu" and gate.of is not None:
             expected = ("fp32", 0.99) if gate.precision.startswith("fp16") else ("fp16", 0.998)
             if gate.gating:
@@ -117,12 +118,12 @@ def test_shipped_targets_cover_every_model_and_precision_of_ipu():
     ('[tpu.bert-base.fp8]\nf1 = { min = 1 }\n', r"x.toml:1: unknown hardware 'tpu'"),
 ])
 def test_targets_mistakes_name_the_line(text, message):
-    with pytest.raises(targets.TargetsError, match=message):
-        targets.parse_targets(text, "x.toml")
+    with pytest.raises(accuracy_targets.TargetsError, match=message):
+        accuracy_targets.parse_targets(text, "x.toml")
 
 
 def test_ratio_gate_target_is_ratio_times_the_reference_metric():
-    (gate, tier) = targets.parse_targets('[ipu.bert-base.fp16]\nf1 = { of = "fp32", ratio = 0.99, tier = 0.999 }\n')
+    (gate, tier) = accuracy_targets.parse_targets('[ipu.bert-base.fp16]\nf1 = { of = "fp32", ratio = 0.99, tier = 0.999 }\n')
     assert gate.gating and not tier.gating
     assert gate.target(0.5) == pytest.approx(0.495)
     assert tier.target(0.5) == pytest.approx(0.4995)
@@ -132,7 +133,7 @@ def test_ratio_gate_target_is_ratio_times_the_reference_metric():
 @pytest.fixture
 def run(pytester):
     def run(*args):
-        return pytester.runpytest_subprocess("-p", "conformance.plugin", "--rootdir", str(REPO), *args)
+        return pytester.runpytest_subprocess("--rootdir", str(REPO), *args)
 
     return run
 

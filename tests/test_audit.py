@@ -1,5 +1,5 @@
-"""The compliance audits (conformance/perf/audit.py) against fake devices under the real LoadGen: honest systems pass,
-a system that caches results fails TEST04, one whose performance-mode answers differ from its accuracy-mode answers
+"""The compliance audits (conformance/perf/test01.py, test04.py) against fake devices under the real LoadGen: honest
+systems pass, a system that caches results fails TEST04, one whose performance-mode answers differ from its accuracy-mode answers
 fails TEST01 (unless the difference is within MLPerf's accuracy-delta rule)."""
 
 from __future__ import annotations
@@ -9,10 +9,15 @@ import json
 import numpy as np
 import pytest
 
-from conformance.perf import audit
+from conformance.accuracy import metrics
+from conformance.hardware.devices import Samples, ServiceTimeDevice, Workload, response_bytes
+from conformance.perf import audits, test01, test04
 from conformance.perf.harness import ScenarioSettings, run_scenario
-from conformance.perf.sut import ServiceTimeDevice
+from conformance.targets import audit as audit_targets
 from conformance.targets.performance import PerformanceTarget
+from conformance.targets.profiles import load_profiles
+from models import load_model
+from models.ops import Ops
 
 SAMPLES = 8  # QSL samples loaded
 CLASSES = 10
@@ -46,7 +51,7 @@ class CachingDevice(HonestDevice):
         super().__init__()
         self.last: int | None = None
 
-    def service_for(self, indices):
+    def service_time(self, indices):
         fresh = set(indices) - {self.last}
         self.last = indices[-1]
         return service(len(fresh)) if fresh else (1e-5, 1e-5)
@@ -76,16 +81,16 @@ def top1(truth: dict[int, int]):
 
 
 def run01(tmp_path, scenario, device, accuracy_device, score=None):
-    config = audit.load_audit_config()
-    return audit.run_test01(device, settings(scenario), tmp_path, sampling_target=32, rng_seed=config.accuracy_log_rng_seed,
+    config = audit_targets.load_audit_config()
+    return test01.run_test01(device, settings(scenario), tmp_path, sampling_target=32, rng_seed=config.accuracy_log_rng_seed,
                             tolerance=config.accuracy_delta, score=score, accuracy_device=accuracy_device, **RUN)
 
 
 # -- TEST04 -------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
 def test_test04_passes_an_honest_device(tmp_path, scenario):
-    result = audit.run_test04(HonestDevice(), settings(scenario, TEST04_QUERIES), tmp_path,
-                              config=audit.load_audit_config(), **RUN)
+    result = test04.run_test04(HonestDevice(), settings(scenario, TEST04_QUERIES), tmp_path,
+                              config=audit_targets.load_audit_config(), **RUN)
     assert result.passed, result.describe()
     assert 0.8 < result.ratio <= result.limit, result.describe()
     assert (tmp_path / "same_sample" / "mlperf_log_summary.txt").is_file()
@@ -95,10 +100,10 @@ def test_test04_passes_an_honest_device(tmp_path, scenario):
 
 @pytest.mark.parametrize("scenario", ["Offline", "SingleStream"])
 def test_test04_fails_a_caching_device(tmp_path, scenario):
-    result = audit.run_test04(CachingDevice(), settings(scenario, TEST04_QUERIES), tmp_path,
-                              config=audit.load_audit_config(), **RUN)
+    result = test04.run_test04(CachingDevice(), settings(scenario, TEST04_QUERIES), tmp_path,
+                              config=audit_targets.load_audit_config(), **RUN)
     assert not result.passed and result.ratio > result.limit, result.describe()
-    assert len(result.earlier_ratios) == audit.load_audit_config().remeasure  # failed every pair
+    assert len(result.earlier_ratios) == audit_targets.load_audit_config().remeasure  # failed every pair
     assert all(r > result.limit for r in result.earlier_ratios)
     assert "TEST04" in result.describe() and str(tmp_path) in result.describe()
 
@@ -112,13 +117,13 @@ def test_test04_issues_one_loaded_sample_only(tmp_path):
             return super().start_batch(indices, formed_at)
 
     device = Recording()
-    s = audit.AuditSettings.from_settings(settings("SingleStream"), issue_same_index=3)
+    s = audits.AuditSettings.from_settings(settings("SingleStream"), issue_same_index=3)
     run_scenario(device, s, tmp_path, **RUN)
     assert len({i for batch in seen for i in batch}) == 1 and len(seen) >= 64
 
 
 def test_test04_bounds_follow_mlperf_verify_performance():
-    config = audit.load_audit_config()
+    config = audit_targets.load_audit_config()
     assert config.speedup_limit("Offline", 1e6) == config.max_speedup == 1.10
     assert config.speedup_limit("SingleStream", 1e9 / 1e6) == config.short_latency_max_speedup == 1.20  # 1 ms latency
     assert config.speedup_limit("SingleStream", 1e9 / 1e3) == 1.10  # 1 us latency: the strict bound
@@ -163,84 +168,85 @@ def test_test01_without_a_task_metric_fails_on_differing_bytes(tmp_path):
 
 
 def test_test01_fails_when_nothing_was_sampled(tmp_path):
-    config = audit.load_audit_config()
-    result = audit.run_test01(HonestDevice(), settings("Offline"), tmp_path, sampling_target=0, rng_seed=0,
+    config = audit_targets.load_audit_config()
+    result = test01.run_test01(HonestDevice(), settings("Offline"), tmp_path, sampling_target=0, rng_seed=0,
                               tolerance=config.accuracy_delta, accuracy_device=HonestDevice(), **RUN)
     assert result.comparison.sampled == 0 and not result.passed
     assert "nothing was audited" in result.describe()
 
 
-def test_fresh_answers_recomputes():
+def test_fresh_device_recomputes():
     device = HonestDevice()
-    twin = audit.fresh_answers(device)
+    twin = device.fresh()
     assert twin is not device and twin.responses == {} and len(device.responses) == SAMPLES
 
 
 # -- pieces -------------------------------------------------------------------------------------------------------------
 def entry(qsl_idx, data: bytes, seq=0):
-    return audit.LoggedResponse(seq, qsl_idx, data)
+    return test01.LoggedResponse(seq, qsl_idx, data)
 
 
 def test_compare_responses_counts_matches_mismatches_and_missing():
     accuracy = [entry(0, b"\x01"), entry(1, b"\x02"), entry(2, b"\x03"), entry(2, b"\x04")]
     performance = [entry(0, b"\x01"), entry(0, b"\x01"), entry(1, b"\x09"), entry(5, b"\x01")]
-    c = audit.compare_responses(performance, accuracy)
+    c = test01.compare_responses(performance, accuracy)
     assert (c.sampled, c.matching, c.mismatched, c.missing) == (4, 2, [1], [5])
     assert c.inconsistent_accuracy == [2] and c.fraction == 0.5 and not c.all_match
-    assert audit.compare_responses([], accuracy).fraction == 0.0
+    assert test01.compare_responses([], accuracy).fraction == 0.0
 
 
 def test_read_accuracy_log_decodes_loadgen_hex_and_rejects_bad_files(tmp_path):
     log = tmp_path / "mlperf_log_accuracy.json"
     log.write_text('[\n{"seq_id" : 3, "qsl_idx" : 1, "data" : "0000803F"}\n]\n')
-    assert audit.read_accuracy_log(log) == [entry(1, np.float32(1.0).tobytes(), seq=3)]
-    with pytest.raises(audit.AccuracyLogError, match="no LoadGen accuracy log"):
-        audit.read_accuracy_log(tmp_path / "absent.json")
+    assert test01.read_accuracy_log(log) == [entry(1, np.float32(1.0).tobytes(), seq=3)]
+    with pytest.raises(test01.AccuracyLogError, match="no LoadGen accuracy log"):
+        test01.read_accuracy_log(tmp_path / "absent.json")
     log.write_text('[{"seq_id": 0, "qsl_idx": 0, "data": "zz"}]')
-    with pytest.raises(audit.AccuracyLogError, match="entry 0"):
-        audit.read_accuracy_log(log)
+    with pytest.raises(test01.AccuracyLogError, match="entry 0"):
+        test01.read_accuracy_log(log)
     log.write_text('{"seq_id": 0}')
-    with pytest.raises(audit.AccuracyLogError, match="expected a JSON list"):
-        audit.read_accuracy_log(log)
+    with pytest.raises(test01.AccuracyLogError, match="expected a JSON list"):
+        test01.read_accuracy_log(log)
 
 
 def test_audit_settings_reach_loadgen():
     import mlperf_loadgen as lg
 
     base = settings("Offline")
-    s = audit.AuditSettings.from_settings(base, mode="AccuracyOnly").loadgen_settings()
+    s = audits.AuditSettings.from_settings(base, mode="AccuracyOnly").loadgen_settings()
     assert s.mode == lg.TestMode.AccuracyOnly and s.offline_expected_qps == pytest.approx(base.target_qps)
-    s = audit.AuditSettings.from_settings(base, accuracy_log_sampling_target=7, accuracy_log_rng_seed=5).loadgen_settings()
+    s = audits.AuditSettings.from_settings(base, accuracy_log_sampling_target=7, accuracy_log_rng_seed=5).loadgen_settings()
     assert (s.accuracy_log_sampling_target, s.accuracy_log_rng_seed, s.mode) == (7, 5, lg.TestMode.PerformanceOnly)
     with pytest.raises(ValueError, match="outside the 8 loaded samples"):
-        audit.AuditSettings.from_settings(base, issue_same_index=SAMPLES).loadgen_settings()
+        audits.AuditSettings.from_settings(base, issue_same_index=SAMPLES).loadgen_settings()
 
 
 def test_matrix_applies_scenarios_and_exemptions():
-    config = audit.load_audit_config()
+    config = audit_targets.load_audit_config()
     targets = [PerformanceTarget(m, "ipu", "fp16", s, 1.0) for m in ("resnet50", "bert-base")
                for s in ("SingleStream", "MultiStream", "Server", "Offline")]
-    cases, exempt = audit.audit_matrix(targets, config)
+    cases, exempt = audits.audit_matrix(targets, config)
     ids = {c.test_id for c in cases}
     assert "resnet50-fp16-Offline-TEST01" in ids and "resnet50-fp16-SingleStream-TEST04" in ids
     assert "bert-base-fp16-Offline-TEST01" in ids and "bert-base-fp16-Offline-TEST04" in exempt
     assert not any("Server" in i or "MultiStream" in i for i in ids | set(exempt))
-    assert config.models_for("smoke", ("resnet50", "bert-base")) == ("resnet50",)
-    assert config.models_for("full", ("resnet50", "bert-base")) == ("resnet50", "bert-base")
+    profiles = load_profiles()
+    assert profiles["smoke"].audit.models_for(("resnet50", "bert-base")) == ("resnet50",)
+    assert profiles["full"].audit.models_for(("resnet50", "bert-base")) == ("resnet50", "bert-base")
 
 
 def test_audit_config_errors_name_the_file_and_key(tmp_path):
-    good = audit.AUDIT_FILE.read_text()
+    good = audit_targets.AUDIT_FILE.read_text()
     bad = tmp_path / "audit.toml"
     bad.write_text(good.replace('max_speedup = 1.10', 'max_speedup = 0.9'))
-    with pytest.raises(audit.AuditConfigError, match=r"audit.toml: \[TEST04\].max_speedup = 0.9"):
-        audit.load_audit_config(bad)
+    with pytest.raises(audit_targets.AuditConfigError, match=r"audit.toml: \[TEST04\].max_speedup = 0.9"):
+        audit_targets.load_audit_config(bad)
     bad.write_text(good.replace('scenarios = ["Offline", "SingleStream"]', 'scenarios = ["Offline", "Streaming"]', 1))
-    with pytest.raises(audit.AuditConfigError, match="unknown scenario 'Streaming'"):
-        audit.load_audit_config(bad)
+    with pytest.raises(audit_targets.AuditConfigError, match="unknown scenario 'Streaming'"):
+        audit_targets.load_audit_config(bad)
     bad.write_text(good.replace("conformer = ", "transformer = "))
-    with pytest.raises(audit.AuditConfigError, match="unknown model 'transformer'"):
-        audit.load_audit_config(bad)
+    with pytest.raises(audit_targets.AuditConfigError, match="unknown model 'transformer'"):
+        audit_targets.load_audit_config(bad)
 
 
 SMALL = {"resnet50": {"image_size": 32, "embedding_size": 8, "hidden_sizes": (16, 32), "depths": (1, 1), "num_labels": 10},
@@ -249,17 +255,12 @@ SMALL = {"resnet50": {"image_size": 32, "embedding_size": 8, "hidden_sizes": (16
 
 @pytest.mark.parametrize("name, rows", [("resnet50", 1), ("widedeep", 4)])
 def test_task_scorer_decodes_the_responses_loadgen_receives(name, rows):
-    from conformance import metrics
-    from conformance.hardware.ops import Ops
-    from conformance.perf import systems
-    from models import load_model
-
     model = load_model(name, seed=0, **SMALL[name])
-    samples = systems.Samples(model, systems.Workload(name, 4, rows))
+    samples = Samples(model, Workload(name, 4, rows))
     inputs = samples.batch_inputs(range(4))
     outputs = model(inputs, Ops())
-    responses = {i: systems._response(outputs, i * rows, (i + 1) * rows).tobytes() for i in range(4)}
-    score = audit.task_scorer(model, samples)
+    responses = {i: response_bytes(outputs, i * rows, (i + 1) * rows).tobytes() for i in range(4)}
+    score = test01.task_scorer(model, samples)
     exact = metrics.task_metrics(name, outputs, outputs, inputs)
     assert score([(i, responses[i]) for i in range(4)]) == exact and exact
     assert score([(i, responses[(i + 1) % 4]) for i in range(4)]) != exact
@@ -270,7 +271,7 @@ def test_task_scorer_decodes_the_responses_loadgen_receives(name, rows):
 def test_test04_score_without_an_early_stopping_estimate_is_the_percentile(tmp_path):
     few = ScenarioSettings("SingleStream", min_duration_ms=0, min_query_count=8, performance_sample_count=SAMPLES,
                            expected_latency_s=1.0)  # 8 queries: too few for LoadGen's early stopping
-    result = audit.run_test04(HonestDevice(), few, tmp_path, config=audit.load_audit_config(), warmup=False, **RUN)
+    result = test04.run_test04(HonestDevice(), few, tmp_path, config=audit_targets.load_audit_config(), warmup=False, **RUN)
     assert "too few queries" in result.basis and result.ratio is not None, result.describe()
     p90_ns = result.reference.details["result_90.00_percentile_latency_ns"]
     assert result.reference_score == pytest.approx(1e9 / p90_ns)

@@ -11,9 +11,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conformance import calibration, numerics
+from conformance import numerics
 from conformance.hardware import UnsupportedCombination, get_backend
-from conformance.hardware.ipu import Fp8Plan, Fp8Settings, IpuBackend, IpuOps, load_precisions
+from conformance.hardware.ipu import fp8_scales as calibration
+from conformance.hardware.ipu.backend import IpuBackend
+from conformance.hardware.ipu.ops import Fp8Plan, IpuOps
+from conformance.hardware.ipu.policy import Fp8Settings, load_precisions
 from models import load_model
 
 POLICIES, FP8_SETTINGS = load_precisions()
@@ -71,9 +74,10 @@ def test_model_without_fp8_settings_is_an_unsupported_combination(tmp_path):
     path.write_text('[precisions.fp16]\nstorage = "f16"\npartials = "float"\nfp8 = "none"\n'
                     '[precisions.fp8]\nstorage = "f16"\npartials = "half"\nfp8 = "all"\n')
     backend = IpuBackend(path)
-    backend.supports("widedeep", "fp16")
+    assert backend.accuracy_support("widedeep", "fp16") is None
+    assert "widedeep at fp8: no FP8 settings" in backend.accuracy_support("widedeep", "fp8")
     with pytest.raises(UnsupportedCombination, match="widedeep at fp8: no FP8 settings"):
-        backend.supports("widedeep", "fp8")
+        backend.prepare(load_model("widedeep", hidden_sizes=(16,), bucket_sizes=(50,) * 26), "fp8")
 
 
 # -- FP16 ----------------------------------------------------------------------------------------------------------
@@ -112,7 +116,7 @@ def test_fp16_model_layer_reproduces_hand_rounding(rng):
     model = load_model("bert-base", num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64,
                        vocab_size=200, seq_len=16)
     recorded = {}
-    ops = get_backend("ipu").make_ops(model, "fp16", recorder=lambda name, y: recorded.setdefault(name, y.copy()))
+    ops = get_backend("ipu").prepare(model, "fp16").ops(recorder=lambda name, y: recorded.setdefault(name, y.copy()))
     model(model.sample_inputs(2, seed=0), ops)
     x = recorded["bert.embeddings.LayerNorm"]
     w, b = model.params["bert.encoder.layer.0.attention.self.query.weight"], model.params["bert.encoder.layer.0.attention.self.query.bias"]
@@ -242,7 +246,7 @@ def test_calibrated_model_scales_are_in_range_recorded_and_skip_the_stem():
     assert plan.calibration["seed"] != 0 and plan.calibration["samples"] == 2  # the calibration set, not evaluation
     stem = "resnet.embedder.embedder.convolution"
     assert stem not in plan.input_scales
-    ops = backend.make_ops(model, "fp8", fp8_plan=plan)
+    ops = IpuOps(backend.policy("fp8"), fp8_plan=plan)
     model(model.sample_inputs(2, seed=0), ops)
     assert stem in ops.ops_seen and stem not in ops.scales_used
     convs = {n for n in ops.ops_seen if n.endswith("convolution")} | {"classifier.1"}

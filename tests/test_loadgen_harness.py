@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conformance.hardware.devices import ExecutingDevice, ServiceTimeDevice
 from conformance.perf.closed_loop import run_closed_loop
 from conformance.perf.harness import ScenarioSettings, run_scenario
-from conformance.perf.sut import ExecutingDevice, ServiceTimeDevice
 
 SERVICE_S = 0.010  # long against thread wake-up jitter (~0.1-1 ms), short enough for quick runs
 

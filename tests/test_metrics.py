@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conformance import metrics
+from conformance.accuracy import metrics
 
 
 # -- tensor level ---------------------------------------------------------------------------------------------------

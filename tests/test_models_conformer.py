@@ -16,10 +16,10 @@ transformers = pytest.importorskip("transformers")
 from safetensors.numpy import load_file, save_file  # noqa: E402
 from transformers import Wav2Vec2ConformerConfig, Wav2Vec2ConformerModel  # noqa: E402
 
-from conformance.hardware.ops import Ops  # noqa: E402
 from models import load_model  # noqa: E402
 from models.base import CheckpointError, InputError  # noqa: E402
 from models.conformer import ConformerConfig, load  # noqa: E402
+from models.ops import Ops  # noqa: E402
 
 SIZES = dict(hidden_size=40, num_attention_heads=5, intermediate_size=72, conv_depthwise_kernel_size=7, num_hidden_layers=2)
 INPUT_SIZES = dict(in_channels=3, feature_bins=20, frames=52)  # 20 mel bins -> 5, 52 frames -> 13

@@ -17,9 +17,9 @@ from safetensors.numpy import load_file, save_file  # noqa: E402
 from transformers import ResNetConfig as HFResNetConfig  # noqa: E402
 from transformers import ResNetForImageClassification  # noqa: E402
 
-from conformance.hardware.ops import Ops  # noqa: E402
 from models import load_model  # noqa: E402
 from models.base import CheckpointError, InputError  # noqa: E402
+from models.ops import Ops  # noqa: E402
 from models.resnet50 import STEM_CONV, ResNetConfig  # noqa: E402
 
 IMAGE = 72

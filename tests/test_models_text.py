@@ -4,6 +4,7 @@ loaded by the numpy models and compared with the torch outputs; masking, bad inp
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,60 @@ def test_config_without_a_size(checkpoints, tmp_path):
         models.load_model("bert-base", checkpoint=directory, seq_len=SEQ_LEN)
 
 
+def _edit_config(source: Path, target: Path, edit) -> Path:
+    """A copy of the checkpoint at ``source`` whose config.json is ``edit(config)`` (or the config, edited in place)."""
+    directory = _copy_checkpoint(source, target)
+    config = json.loads((directory / "config.json").read_text())
+    edited = edit(config)
+    (directory / "config.json").write_text(json.dumps(config if edited is None else edited))
+    return directory
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_config_that_is_not_a_json_object(name, checkpoints, tmp_path):
+    directory = _edit_config(checkpoints[name][0], tmp_path / "ck", lambda config: [config])
+    path = str(directory / "config.json")
+    with pytest.raises(CheckpointError, match=re.escape(f"{path!r} is not a JSON object (it holds a list)")):
+        models.load_model(name, checkpoint=directory, seq_len=SEQ_LEN)
+
+
+@pytest.mark.parametrize("name, field, value, expected", [
+    ("bert-base", "hidden_size", "40", "int"),
+    ("bert-base", "num_hidden_layers", True, "int"),
+    ("albert", "layer_norm_eps", "1e-12", "float"),
+    ("albert", "num_hidden_groups", 2.0, "int"),
+    ("roformer", "hidden_act", 1, "str"),
+    ("roformer", "embedding_size", [24], "int"),
+])
+def test_config_field_with_a_wrong_type(name, field, value, expected, checkpoints, tmp_path):
+    directory = _edit_config(checkpoints[name][0], tmp_path / "ck", lambda config: config.__setitem__(field, value))
+    message = (f"{name} checkpoint {str(directory)!r}: config.json field {field!r} is {json.dumps(value)} "
+               f"({type(value).__name__}), expected {expected}")
+    with pytest.raises(CheckpointError, match=re.escape(message) + "$"):
+        models.load_model(name, checkpoint=directory, seq_len=SEQ_LEN)
+
+
+@pytest.mark.parametrize("name, key, value, message", [
+    ("bert-base", "position_embedding_type", "relative_key", r'position_embedding_type = "relative_key".*only "absolute"'),
+    ("albert", "is_decoder", True, r"is_decoder = true.*only false"),
+    ("roformer", "rotary_value", True, r"rotary_value = true.*only false"),
+    ("roformer", "hidden_sizes", [40], r"unknown key\(s\) \['hidden_sizes'\]"),
+])
+def test_config_key_that_changes_the_computation(name, key, value, message, checkpoints, tmp_path):
+    directory = _edit_config(checkpoints[name][0], tmp_path / "ck", lambda config: config.__setitem__(key, value))
+    with pytest.raises(CheckpointError, match=message):
+        models.load_model(name, checkpoint=directory, seq_len=SEQ_LEN)
+
+
+def test_config_keys_of_older_transformers_are_ignored(checkpoints, tmp_path):
+    """Keys that transformers 4.x wrote (all-MiniLM-L6-v2's config.json has these) load as before."""
+    older = {"_name_or_path": "nreimers/MiniLM-L6-H384-uncased", "gradient_checkpointing": False, "torch_dtype": "float32",
+             "position_embedding_type": "absolute", "transformers_version": "4.8.2", "is_decoder": False, "pruned_heads": {}}
+    directory = _edit_config(checkpoints["bert-base"][0], tmp_path / "ck", lambda config: config.update(older))
+    model = models.load_model("bert-base", checkpoint=directory, seq_len=SEQ_LEN)
+    assert model.config.hidden_size == SMALL["hidden_size"]
+
+
 def test_seq_len_beyond_positions(checkpoints):
     with pytest.raises(ValueError, match="seq_len 384 must be in \\[1, max_position_embeddings = 64\\]"):
         models.load_model("bert-base", checkpoint=checkpoints["bert-base"][0])
@@ -279,7 +334,7 @@ def test_roformer_pairs_share_the_first_text():
 def test_seeded_qa_head_finds_the_planted_answers(name):
     """The fitted span head acts as a trained one: on held-out rows (not the fitting seed) the FP32 best span is the planted
     answer, with the start and end logits standing well clear of every other context position."""
-    from conformance.metrics import best_spans, squad_context_mask
+    from conformance.accuracy.metrics import best_spans, squad_context_mask
     from models import encoder
 
     model = models.load_model(name, num_hidden_layers=2, seq_len=128)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.hardware import HARDWARE_NAMES
+from conformance.hardware import hardware_names
 from models import MODEL_NAMES
 
 
 @pytest.fixture
 def run(pytester):
     def run(*args):
-        return pytester.runpytest_subprocess("-p", "conformance.plugin", *args)
+        return pytester.runpytest_subprocess(*args)
 
     return run
 
@@ -32,7 +32,7 @@ def test_unknown_hardware_is_usage_error_listing_choices(run):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
     assert "tpu" in err
-    for name in HARDWARE_NAMES:
+    for name in hardware_names():
         assert name in err
 
 
@@ -59,7 +59,7 @@ def test_unknown_profile_is_usage_error(run):
 
 def test_header_shows_settings(pytester):
     pytester.makepyfile("def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "conformance.plugin", "--model", "resnet50-v1.5,wide&deep", "--model", "bert", "--profile", "smoke")
+    result = pytester.runpytest_subprocess("--model", "resnet50-v1.5,wide&deep", "--model", "bert", "--profile", "smoke")
     assert result.ret == 0
     out = result.stdout.str()
     assert "hardware=cpu" in out

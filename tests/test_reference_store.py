@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from conformance import reference
+from conformance.accuracy import reference
 from conformance.fileio import atomic_path, write_text_atomic
 from models import canonical_name, load_model
 
@@ -34,7 +34,7 @@ class TinyModel:
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr("models.load_model", lambda name, seed=0, **kw: TinyModel())
+    monkeypatch.setattr(reference, "load_model", lambda name, seed=0, **kw: TinyModel())
     reference.generate(["resnet50"], tmp_path, log=lambda *_: None)
     return tmp_path
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.report import baseline
+from conformance.targets import regression
 
 SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
 
@@ -20,7 +21,7 @@ def sample() -> dict:
 
 @pytest.fixture
 def tolerances() -> dict:
-    return baseline.load_tolerances()
+    return regression.load_tolerances()
 
 
 def find(records, record_id):
@@ -71,18 +72,18 @@ def test_lost_measurement_is_a_regression(sample, tolerances):
 
 
 def test_tolerance_overrides(tolerances):
-    snr = baseline.tolerance_for(tolerances, "accuracy", "snr_db", "ipu")
+    snr = regression.tolerance_for(tolerances, "accuracy", "snr_db", "ipu")
     assert snr.allowed(30.0) == tolerances["accuracy"]["checks"]["snr_db"]["abs"]
-    cpu = baseline.tolerance_for(tolerances, "performance", "samples_per_s", "cpu")
+    cpu = regression.tolerance_for(tolerances, "performance", "samples_per_s", "cpu")
     assert cpu.rel == tolerances["performance"]["hardware"]["cpu"]["rel"]
-    assert baseline.tolerance_for(tolerances, "reference", "max_rel_error", "cpu") is None
+    assert regression.tolerance_for(tolerances, "reference", "max_rel_error", "cpu") is None
 
 
 def test_bad_tolerance_file_is_named(tmp_path):
     path = tmp_path / "regression.toml"
     path.write_text("[accuracy]\nrel = -1\n")
     with pytest.raises(ValueError, match=r"regression.toml: \[accuracy\].rel must be a number >= 0"):
-        baseline.load_tolerances(path)
+        regression.load_tolerances(path)
 
 
 def test_baseline_from_other_hardware_or_profile_is_refused(sample, tmp_path):

@@ -117,7 +117,7 @@ def test_build_fills_every_key(tmp_path):
     from conformance.hardware import get_backend
     from conformance.settings import RunSettings
 
-    settings = RunSettings(hardware="cpu", models=("bert-base",), profile="smoke", report_dir=tmp_path)
+    settings = RunSettings(hardware="cpu", models=("bert-base",), profile="smoke", precisions=("fp32",), report_dir=tmp_path)
     results = results_record.build(settings=settings, backend=get_backend("cpu"), profile=settings.profile_data,
                                    tests=[], records=[], exit_status=0)
     results_record.validate(results)

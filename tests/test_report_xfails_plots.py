@@ -7,6 +7,7 @@ import pytest
 
 from conformance.report import plots, xfails
 from conformance.report.xfails import XFAILS_DIR
+from conformance.targets.profiles import load_profiles
 
 MODELS = ("albert", "bert-base", "resnet50")
 GOOD = """\
@@ -84,7 +85,8 @@ def test_shipped_xfail_files_parse():
 
 
 def test_strict_only_in_full_profile():
-    assert xfails.is_strict("full") and not xfails.is_strict("default") and not xfails.is_strict("smoke")
+    profiles = load_profiles()
+    assert profiles["full"].strict_xfails and not profiles["default"].strict_xfails and not profiles["smoke"].strict_xfails
 
 
 def write_artifact(report_dir):

@@ -8,12 +8,18 @@ import json
 import pytest
 
 from conformance.cli import main
-from conformance.perf import calibration
-from conformance.perf.devices import get_device
-from conformance.perf.packing import first_fit, packing_stats
-from conformance.perf.predict import JSON_KEYS, predict
-from conformance.perf.timing import TimingModel, calibrated_parameters, default_execution, load_calibration, memory_fit
-from conformance.perf.trace import OpRecord, Trace, data_types, trace_model
+from conformance.hardware.ipu.timing import fit as calibration
+from conformance.hardware.ipu.timing.chips import get_device
+from conformance.hardware.ipu.timing.cost import (
+    TimingModel,
+    calibrated_parameters,
+    default_execution,
+    load_calibration,
+    memory_fit,
+)
+from conformance.hardware.ipu.timing.packing import first_fit, packing_stats
+from conformance.hardware.ipu.timing.predict import JSON_KEYS, predict
+from conformance.hardware.ipu.timing.trace import OpRecord, Trace, data_types, trace_model
 
 SMALL_BERT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512, seq_len=64)
 UNPACKED = default_execution("bert-base", packed=False)
@@ -153,7 +159,7 @@ def test_predict_errors_list_the_valid_choices(capsys, args, message):
 
 
 def _model(name, overrides):
-    from conformance.perf.predict import load_traced_model
+    from conformance.hardware.ipu.timing.predict import load_traced_model
 
     return load_traced_model(name, overrides)
 

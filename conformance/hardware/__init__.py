@@ -1,28 +1,58 @@
-"""Hardware backends: a registry of name -> backend class, imported lazily so that ``--help`` stays fast."""
+"""Hardware backends, found through the entry-point group ``ipu_conformance.hardware``: each entry point's name is a
+``--hardware`` choice and its object a :class:`~conformance.hardware.base.Backend` subclass. This project registers
+``cpu``, ``ipu`` and ``null`` there the same way a vendor's distribution registers its own (``pyproject.toml``)."""
 
 from __future__ import annotations
 
-import importlib
+from functools import lru_cache
+from importlib import metadata
 
 from conformance.hardware.base import Backend, UnsupportedCombination
 
-# name -> "module:Class"; the plugin offers exactly these as ``--hardware`` choices.
-_REGISTRY = {
-    "cpu": "conformance.hardware.cpu:CpuBackend",
-    "ipu": "conformance.hardware.ipu:IpuBackend",
-}
+ENTRY_POINT_GROUP = "ipu_conformance.hardware"
 
-HARDWARE_NAMES = tuple(_REGISTRY)
+
+class HardwareRegistryError(ValueError):
+    """An unknown hardware name, or an entry point that does not give a Backend of its name."""
+
+
+@lru_cache(maxsize=None)
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    found: dict[str, metadata.EntryPoint] = {}
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        other = found.get(entry.name)
+        if other is not None and other.value != entry.value:
+            raise HardwareRegistryError(f"hardware {entry.name!r} is registered twice, as {other.value} and {entry.value}")
+        found[entry.name] = entry
+    return found
+
+
+def hardware_names() -> tuple[str, ...]:
+    """The registered hardware names, sorted; a HardwareRegistryError when there are none (the suite not installed)."""
+    names = tuple(sorted(_entry_points()))
+    if not names:
+        raise HardwareRegistryError(f"no hardware backends registered in the entry-point group {ENTRY_POINT_GROUP!r}; "
+                                    "install the suite (pip install -e .)")
+    return names
+
+
+@lru_cache(maxsize=None)
+def backend_class(name: str) -> type[Backend]:
+    """The Backend subclass registered as ``name``; a HardwareRegistryError listing the valid names otherwise."""
+    entry = _entry_points().get(name)
+    if entry is None:
+        raise HardwareRegistryError(f"unknown hardware {name!r}; expected one of: {', '.join(hardware_names())}")
+    cls = entry.load()
+    if not (isinstance(cls, type) and issubclass(cls, Backend)) or cls.name != name:
+        raise HardwareRegistryError(f"entry point {name} = {entry.value} in {ENTRY_POINT_GROUP!r} must be a "
+                                    f"conformance.hardware.base.Backend subclass whose name is {name!r}")
+    return cls
 
 
 def get_backend(name: str) -> Backend:
-    """The backend registered as ``name``; a ValueError listing the valid names otherwise."""
-    try:
-        target = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown hardware {name!r}; expected one of: {', '.join(HARDWARE_NAMES)}") from None
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)()
+    """A new instance of the backend registered as ``name``."""
+    return backend_class(name)()
 
 
-__all__ = ["Backend", "UnsupportedCombination", "HARDWARE_NAMES", "get_backend"]
+__all__ = ["Backend", "UnsupportedCombination", "ENTRY_POINT_GROUP", "HardwareRegistryError", "backend_class",
+           "get_backend", "hardware_names"]

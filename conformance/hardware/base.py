@@ -1,20 +1,69 @@
-"""What every hardware backend provides: its precisions, capability checks, and an ops object per model and precision."""
+"""The interface a hardware backend implements.
+
+A backend is a :class:`Backend` subclass registered under its name in the entry-point group
+``ipu_conformance.hardware`` (the name is the ``--hardware`` choice; see :mod:`conformance.hardware`). It states what it
+supports instead of being probed for it:
+
+- :meth:`Backend.prepare` returns what runs a model at a precision (:class:`Prepared`: ops objects the model computes
+  through, and what the run used, such as FP8 scales, for the record);
+- :meth:`Backend.loadgen_device` returns the device LoadGen's scenarios drive (:mod:`conformance.hardware.devices`);
+- :attr:`Backend.precisions`, :attr:`Backend.models`, :attr:`Backend.scenarios`, :attr:`Backend.audits` and the
+  ``*_support`` methods say what it runs, with a reason where it does not;
+- :attr:`Backend.timing` says whether its latencies are measured on the host or come from a model of the device.
+
+The suite then checks the backend's outputs against the FP32 references with the accuracy gates of
+``targets/accuracy.toml`` and its speed against ``targets/performance.toml``; a backend distributed on its own brings its
+tables for its name in :attr:`Backend.targets_dir`.
+"""
 
 from __future__ import annotations
 
-from conformance.hardware.ops import Ops
+import abc
+from pathlib import Path
+from typing import Callable, ClassVar
+
+from conformance.hardware.devices import Device, Workload
+from models import MODEL_NAMES
+from models.ops import Ops, Recorder
+
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+AUDITS = ("TEST01", "TEST04")
+TIMINGS = ("measured", "simulated")
 
 
 class UnsupportedCombination(Exception):
-    """A model/precision pair this backend cannot run; the conformance test is skipped with this reason."""
+    """A model/precision pair a backend cannot run; the conformance test is skipped with this reason."""
 
 
-class Backend:
-    """A hardware target. Subclasses set ``name``, ``precisions`` and implement :meth:`make_ops`."""
+class Prepared:
+    """What runs ``model`` at ``precision`` on a backend: :meth:`ops` gives an ops object the model computes through
+    (each call a new one, all with the same numerics, e.g. the same FP8 scales; ``recorder`` sees every op's output);
+    :meth:`details` says what a run with those ops used, for its record."""
 
-    name: str = ""
+    def __init__(self, model, precision: str, make_ops: Callable[[Recorder | None], Ops]):
+        self.model = model
+        self.precision = precision
+        self._make_ops = make_ops
+
+    def ops(self, recorder: Recorder | None = None) -> Ops:
+        return self._make_ops(recorder)
+
+    def details(self, ops: Ops) -> dict:
+        return {}
+
+
+class Backend(abc.ABC):
+    """A hardware target. Subclasses set ``name``, ``description``, ``precisions`` and implement :meth:`prepare` and
+    :meth:`loadgen_device`; they narrow the ``*_support`` methods where they cannot run something."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
     precisions: tuple[str, ...] = ()
-    description: str = ""
+    models: tuple[str, ...] = MODEL_NAMES
+    scenarios: tuple[str, ...] = SCENARIOS
+    audits: tuple[str, ...] = AUDITS
+    timing: ClassVar[str] = "measured"  # "simulated": latencies come from a model of the device, not the host's clock
+    targets_dir: ClassVar[Path | None] = None  # accuracy.toml / performance.toml tables of a backend shipped on its own
 
     def check_precision(self, precision: str) -> None:
         if precision not in self.precisions:
@@ -22,13 +71,38 @@ class Backend:
                 f"unknown precision {precision!r} for hardware {self.name!r}; expected one of: {', '.join(self.precisions)}"
             )
 
-    def supports(self, model_name: str, precision: str) -> None:
-        """Raise UnsupportedCombination with a reason when this backend cannot run the pair."""
+    def _model_support(self, model_name: str, precision: str) -> str | None:
         self.check_precision(precision)
+        if model_name not in self.models:
+            return f"{self.name} does not run {model_name} (it runs: {', '.join(self.models)})"
+        return None
 
-    def make_ops(self, model, precision: str, *, recorder=None, **options) -> Ops:
-        """The ops object that runs ``model`` at ``precision`` on this hardware."""
-        raise NotImplementedError
+    def accuracy_support(self, model_name: str, precision: str) -> str | None:
+        """Why the backend cannot run the accuracy test of ``model_name`` at ``precision``; None when it can."""
+        return self._model_support(model_name, precision)
+
+    def scenario_support(self, model_name: str, precision: str, scenario: str) -> str | None:
+        """Why the backend cannot run ``scenario`` for the pair; None when it can."""
+        if scenario not in self.scenarios:
+            return f"{self.name} does not run the {scenario} scenario (it runs: {', '.join(self.scenarios)})"
+        return self._model_support(model_name, precision)
+
+    def audit_support(self, model_name: str, precision: str, audit: str) -> str | None:
+        """Why the backend cannot be audited with ``audit`` for the pair; None when it can."""
+        if audit not in self.audits:
+            return f"{self.name} does not run the {audit} audit (it runs: {', '.join(self.audits) or 'none'})"
+        return self._model_support(model_name, precision)
+
+    @abc.abstractmethod
+    def prepare(self, model, precision: str, calibration_inputs: dict | None = None, *, batch_size: int = 4,
+                case: str | None = None) -> Prepared:
+        """What runs ``model`` at ``precision``. ``calibration_inputs`` replace the backend's own calibration set (FP8
+        scales); ``batch_size`` is the batch calibration runs at; ``case`` names the per-model settings to use when
+        they are not the model's own (a checkpoint that is not one of the six models)."""
+
+    @abc.abstractmethod
+    def loadgen_device(self, model, precision: str, workload: Workload) -> Device:
+        """The device LoadGen's scenarios drive for ``model`` at ``precision`` on ``workload``."""
 
     def versions(self) -> dict[str, str]:
         """Versions of what this backend runs on, for the report header."""

@@ -104,13 +104,13 @@ def _check_scale(info: FormatInfo, scale) -> int:
     return scale
 
 
-def _check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
+def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of: {', '.join(allowed)}; got {value!r}")
     return value
 
 
-def _check_rng(rounding: str, rng):
+def check_rng(rounding: str, rng):
     if rounding == "stochastic" and not isinstance(rng, np.random.Generator):
         raise ValueError(
             f"rounding='stochastic' needs rng=a numpy Generator (np.random.default_rng(seed)), got {type(rng).__name__}"
@@ -360,9 +360,9 @@ def quantize(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: st
     """
     info = format_info(fmt)
     scale = _check_scale(info, scale)
-    _check_choice("overflow", overflow, OVERFLOW_MODES)
-    _check_choice("rounding", rounding, ROUNDING_MODES)
-    _check_rng(rounding, rng)
+    check_choice("overflow", overflow, OVERFLOW_MODES)
+    check_choice("rounding", rounding, ROUNDING_MODES)
+    check_rng(rounding, rng)
     arr = _as_float_array(x)
     if rounding == "stochastic":
         return _round_stochastic(arr, info, scale, overflow, rng)
@@ -382,9 +382,9 @@ def round_inplace(y: np.ndarray, fmt: str, *, scale: int = 0, overflow: str = "s
     """:func:`quantize` of a C-contiguous float32 array written over it (no output allocation); returns ``y``."""
     info = format_info(fmt)
     scale = _check_scale(info, scale)
-    _check_choice("overflow", overflow, OVERFLOW_MODES)
-    _check_choice("rounding", rounding, ROUNDING_MODES)
-    _check_rng(rounding, rng)
+    check_choice("overflow", overflow, OVERFLOW_MODES)
+    check_choice("rounding", rounding, ROUNDING_MODES)
+    check_rng(rounding, rng)
     if not isinstance(y, np.ndarray) or y.dtype != np.float32 or not y.flags.c_contiguous or not y.flags.writeable:
         raise TypeError(f"round_inplace needs a writeable C-contiguous float32 numpy array, got {type(y).__name__}"
                         f" {getattr(y, 'dtype', '')}")

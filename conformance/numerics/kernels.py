@@ -27,8 +27,16 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from threadpoolctl import ThreadpoolController
 
-from conformance.numerics.formats import FORMAT_NAMES, OVERFLOW_MODES, ROUNDING_MODES, _check_choice, _check_rng
-from conformance.numerics.formats import nearest_rounding, round_inplace, run_split
+from conformance.numerics.formats import (
+    FORMAT_NAMES,
+    OVERFLOW_MODES,
+    ROUNDING_MODES,
+    check_choice,
+    check_rng,
+    nearest_rounding,
+    round_inplace,
+    run_split,
+)
 
 PARTIALS = ("float", "half")
 OUT_FORMATS = ("f16", None)
@@ -54,13 +62,13 @@ def _float_operand(v, what: str) -> np.ndarray:
 
 def _settings(partials, operand_format, block, rounding, rng, out_format, overflow):
     """Validate the kernel options; returns (partials, block, out_format) after the FP8 rule is applied."""
-    _check_choice("operand_format", operand_format, FORMAT_NAMES)
-    _check_choice("partials", partials, PARTIALS)
-    _check_choice("rounding", rounding, ROUNDING_MODES)
-    _check_choice("overflow", overflow, OVERFLOW_MODES)
+    check_choice("operand_format", operand_format, FORMAT_NAMES)
+    check_choice("partials", partials, PARTIALS)
+    check_choice("rounding", rounding, ROUNDING_MODES)
+    check_choice("overflow", overflow, OVERFLOW_MODES)
     if out_format not in OUT_FORMATS:
         raise ValueError(f"out_format must be 'f16' or None (FP32 accumulator), got {out_format!r}")
-    _check_rng(rounding, rng)
+    check_rng(rounding, rng)
     if block is None:
         block = DEFAULT_BLOCK[operand_format]
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.perf.sut import Device
+from conformance.hardware.devices import Device
 
 
 @dataclass

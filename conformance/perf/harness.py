@@ -1,6 +1,6 @@
 """MLPerf LoadGen runs: settings per scenario, the run itself, and its result read back from LoadGen's own logs.
 
-:func:`run_scenario` runs one scenario of LoadGen (``mlperf_loadgen``) against a :class:`~conformance.perf.sut.Device`
+:func:`run_scenario` runs one scenario of LoadGen (``mlperf_loadgen``) against a :class:`~conformance.hardware.devices.Device`
 behind a :class:`~conformance.perf.sut.BatchingSUT` and keeps LoadGen's ``mlperf_log_summary.txt`` and
 ``mlperf_log_detail.txt`` in ``log_dir``. The result (:class:`ScenarioResult`) is parsed from the detail log's
 ``:::MLLOG`` records: validity, each of LoadGen's checks, the scenario's metric, and why a run is INVALID.
@@ -16,11 +16,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import mlperf_loadgen as lg
 import numpy as np
 
-from conformance.perf.sut import BatchingSUT, Device
+from conformance.hardware.base import SCENARIOS
+from conformance.hardware.devices import Device
+from conformance.perf.sut import BatchingSUT
 
-SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 COMPLIANT_MIN_DURATION_MS = 600_000  # MLPerf inference rules: every performance run lasts at least 600 s
 MULTISTREAM_SAMPLES_PER_QUERY = 8
 # The metric each scenario reports (MLPerf): the key of LoadGen's detail log, its units and the direction of "better".
@@ -51,8 +53,6 @@ class ScenarioSettings:
             raise ValueError(f"unknown scenario {self.scenario!r}; expected one of: {', '.join(SCENARIOS)}")
 
     def loadgen_settings(self):
-        import mlperf_loadgen as lg
-
         s = lg.TestSettings()
         s.scenario = getattr(lg.TestScenario, self.scenario)
         s.mode = lg.TestMode.PerformanceOnly
@@ -176,8 +176,6 @@ def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | Non
                  batch_timeout_s: float = 0.0, total_sample_count: int | None = None, name: str = "sut") -> ScenarioResult:
     """One LoadGen run of ``settings.scenario`` against ``device``; LoadGen's logs go to ``log_dir`` (a new temporary
     directory when None). The SUT's errors are returned in ``sut_errors``; every issued query is completed."""
-    import mlperf_loadgen as lg
-
     if log_dir is None:
         log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{settings.scenario}-"))
     log_dir = Path(log_dir)

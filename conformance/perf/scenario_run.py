@@ -9,34 +9,20 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
+from conformance.hardware import Backend
+from conformance.hardware.devices import Device, Workload
+from conformance.perf.harness import MULTISTREAM_SAMPLES_PER_QUERY, ScenarioResult, ScenarioSettings, run_scenario
 from conformance.targets.performance import PerformanceTarget, load_performance_targets
+from conformance.targets.profiles import load_profiles
 
 
-def _device(target: PerformanceTarget, samples: int, rows: int, max_batch: int, model_store=None, backend=None):
-    from conformance.hardware import get_backend
-    from conformance.perf import systems
-    from conformance.perf.timing import default_execution
-    from conformance.reference import WEIGHT_SEED
-    from models import load_model
-
-    model = model_store.get(target.model) if model_store is not None else load_model(target.model, seed=WEIGHT_SEED)
-    workload = systems.Workload(target.model, samples, rows)
-    if target.hardware == "ipu":
-        packed = default_execution(target.model).packed
-        backend = backend if backend is not None and backend.name == "ipu" else get_backend("ipu")
-        return systems.simulated_ipu(model, backend, target.precision, workload, max_batch * rows, packed)
-    if target.hardware == "cpu":
-        return systems.CpuExecution(model, workload)
-    raise ValueError(f"no performance system for hardware {target.hardware!r}; expected ipu or cpu")
-
-
-def _prior(device, samples: int, batch: int) -> tuple[float, float] | None:
-    """(latency of a query of ``batch`` samples, throughput at that batch) from the timing model, for LoadGen's expected
-    latency and Offline query size; None on real hardware (nothing to predict from)."""
-    if not hasattr(device, "service_for"):
+def _prior(device: Device, samples: int, batch: int) -> tuple[float, float] | None:
+    """(latency of a query of ``batch`` samples, throughput at that batch) from the device's timing model, for LoadGen's
+    expected latency and Offline query size; None for a device whose time is measured (nothing to predict from)."""
+    predicted = device.predicted_service([i % samples for i in range(batch)])
+    if predicted is None:
         return None
-    occupancy, latency = device.service_for([i % samples for i in range(batch)])
+    occupancy, latency = predicted
     return latency, batch / occupancy
 
 
@@ -46,7 +32,7 @@ class TargetRun:
     batching (``run_scenario``'s keyword arguments). The compliance audits run the same target with changed settings."""
 
     target: PerformanceTarget
-    device: object
+    device: Device
     settings: ScenarioSettings
     log_dir: Path | None  # None: a new temporary directory per run
     run_options: dict
@@ -59,18 +45,15 @@ class TargetRun:
                             **self.run_options)
 
 
-def plan_target(target: PerformanceTarget, profile: str, report_dir: Path | None = None, model_store=None,
-                backend=None) -> TargetRun:
-    """The device and LoadGen settings of ``target`` in ``profile`` (nothing runs yet)."""
-    data = load_performance_targets()
-    if profile not in data.profiles:
-        raise ValueError(f"performance.toml has no [profiles.{profile}]; expected one of: {', '.join(data.profiles)}")
-    length = data.profiles[profile]
-    run = data.models[target.model]
+def plan_target(target: PerformanceTarget, profile: str, backend: Backend, model,
+                report_dir: Path | None = None) -> TargetRun:
+    """The device and LoadGen settings of ``target`` in ``profile`` on ``backend`` (nothing runs yet)."""
+    length = load_profiles()[profile].performance
+    run = load_performance_targets().models[target.model]
     samples = int(length.performance_samples[target.model])
     max_batch = int(run.max_batch[target.hardware])
-    device = _device(target, samples, run.rows_per_sample, max_batch, model_store, backend)
-    per_query = 8 if target.scenario == "MultiStream" else 1
+    device = backend.loadgen_device(model, target.precision, Workload(target.model, samples, run.rows_per_sample, max_batch))
+    per_query = MULTISTREAM_SAMPLES_PER_QUERY if target.scenario == "MultiStream" else 1
     query_prior = _prior(device, samples, per_query)
     throughput_prior = _prior(device, samples, max_batch)
     qps = target.target
@@ -89,8 +72,3 @@ def plan_target(target: PerformanceTarget, profile: str, report_dir: Path | None
     options = {"max_batch": max_batch, "batch_timeout_s": run.server_batch_timeout_ms / 1e3,
                "total_sample_count": samples, "name": target.test_id}
     return TargetRun(target, device, settings, log_dir, options)
-
-
-def run_target(target: PerformanceTarget, profile: str, report_dir: Path | None = None, model_store=None,
-               backend=None) -> ScenarioResult:
-    return plan_target(target, profile, report_dir, model_store, backend).run()

@@ -1,9 +1,5 @@
-"""Systems under test for LoadGen: a request queue and a batching policy in front of a device.
-
-A *device* serves batches of QSL sample indices. :class:`SimulatedDevice` is the IPU: one device on a real-time timeline
-whose service times come from the timing model (a batch starts when the device is free, occupies it for the
-steady-state time per batch and completes after the latency of a batch); its answers are real emulator outputs computed
-when LoadGen loads the performance sample set. :class:`ExecutingDevice` is the cpu: real execution, really timed.
+"""The system under test for LoadGen: a request queue and a batching policy in front of a device
+(:mod:`conformance.hardware.devices`: a simulated timeline such as the IPU's, or real execution such as the cpu's).
 
 :class:`BatchingSUT` is what LoadGen talks to: ``issue_queries`` only enqueues; a dispatcher thread waits until the
 device can take work, then forms a batch of up to ``max_batch`` queued samples (waiting up to ``batch_timeout_s`` after
@@ -20,72 +16,11 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
+import mlperf_loadgen as lg
 import numpy as np
 
-
-class Device:
-    """Serves batches of QSL sample indices. ``load`` prepares samples (QSL load); ``start_batch`` begins a batch that
-    was complete at perf_counter time ``formed_at`` and returns (time it completes, one response array per sample)."""
-
-    instant = False  # start_batch returns at once (a simulated timeline): it may run in LoadGen's issue thread
-
-    def load(self, indices: Sequence[int]) -> None:
-        pass
-
-    def unload(self, indices: Sequence[int]) -> None:
-        pass
-
-    def ready_at(self) -> float:
-        """perf_counter time at which the device can start another batch."""
-        return 0.0
-
-    def start_batch(self, indices: Sequence[int], formed_at: float) -> tuple[float, list[np.ndarray]]:
-        raise NotImplementedError
-
-
-class ServiceTimeDevice(Device):
-    """A device on a simulated timeline: ``service(n) -> (occupancy_s, latency_s)`` for a batch of ``n`` samples;
-    ``responses[index]`` is the answer to sample ``index`` (zero bytes when absent)."""
-
-    instant = True
-
-    def __init__(self, service: Callable[[int], tuple[float, float]], responses: dict[int, np.ndarray] | None = None):
-        self.service = service
-        self.responses = responses if responses is not None else {}
-        self._free_at = 0.0
-        self._empty = np.zeros(0, np.uint8)
-
-    def ready_at(self) -> float:
-        return self._free_at
-
-    def service_for(self, indices) -> tuple[float, float]:
-        """(occupancy, latency) of a batch of these samples."""
-        return self.service(len(indices))
-
-    def start_batch(self, indices, formed_at):
-        occupancy, latency = self.service_for(indices)
-        start = max(formed_at, self._free_at)
-        self._free_at = start + occupancy
-        return start + latency, [self.responses.get(i, self._empty) for i in indices]
-
-
-class ExecutingDevice(Device):
-    """Runs ``execute(indices) -> list of responses`` for real, in the dispatcher thread: the batch completes when it
-    returns. ``prepare(indices)`` runs at QSL load (e.g. builds the inputs)."""
-
-    def __init__(self, execute: Callable[[Sequence[int]], list[np.ndarray]], prepare: Callable[[Sequence[int]], None] | None = None):
-        self.execute = execute
-        self.prepare = prepare
-
-    def load(self, indices):
-        if self.prepare is not None:
-            self.prepare(indices)
-
-    def start_batch(self, indices, formed_at):
-        responses = self.execute(indices)
-        return time.perf_counter(), responses
+from conformance.hardware.devices import EMPTY_RESPONSE, Device
 
 
 @dataclass
@@ -99,11 +34,8 @@ class BatchingSUT:
     """The LoadGen system under test over ``device`` (see the module docstring)."""
 
     def __init__(self, device: Device, max_batch: int, batch_timeout_s: float = 0.0, name: str = "sut"):
-        import mlperf_loadgen as lg
-
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        self.lg = lg
         self.device = device
         self.max_batch = int(max_batch)
         self.batch_timeout_s = float(batch_timeout_s)
@@ -197,7 +129,7 @@ class BatchingSUT:
                 raise RuntimeError(f"device returned {len(responses)} responses for a batch of {len(batch)}")
         except BaseException as exc:  # the samples are still completed; the harness fails the run with the error
             self.errors.append(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}")
-            due, responses = time.perf_counter(), [np.zeros(0, np.uint8)] * len(batch)
+            due, responses = time.perf_counter(), [EMPTY_RESPONSE] * len(batch)
         with self._due_cond:
             self.batches += 1
             heapq.heappush(self._due, (due, self._sequence, batch, responses))
@@ -206,7 +138,6 @@ class BatchingSUT:
 
     # -- completer -------------------------------------------------------------------------------------------------
     def _complete_due(self) -> None:
-        lg = self.lg
         while True:
             with self._due_cond:
                 while not self._due and not self._stop:
@@ -234,4 +165,4 @@ class BatchingSUT:
             self._due_cond.notify_all()
         for thread in self._threads:
             thread.join(timeout=10)
-        self.lg.DestroySUT(self.sut)
+        lg.DestroySUT(self.sut)

@@ -7,7 +7,7 @@ the whole list recorded so far, so the last phase's list is the test's complete 
 
 from __future__ import annotations
 
-from conformance.results import RECORD_KEY
+from conformance.report.checks import RECORD_KEY
 
 XFAIL_KEY = "conformance_xfail"
 KIND_ORDER = ("reference", "accuracy", "performance", "audit")

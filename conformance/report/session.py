@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from conformance.fileio import write_text_atomic
+from conformance.hardware import get_backend
 from conformance.report import baseline as baseline_mod
 from conformance.report import plots, render, xfails
 from conformance.report import record as results_record
 from conformance.report.collect import XFAIL_KEY, Collector
-from conformance.report.shard import Shard, split
+from conformance.report.shard import split
+from conformance.targets.regression import load_tolerances
+from models import MODEL_NAMES
 
 STALE_KEY = "conformance_stale_xfails"
 SUITE_DIR = Path(__file__).resolve().parent.parent
@@ -49,12 +53,12 @@ def collected_whole_suite(items) -> bool:
 
 
 class ReportSession:
-    def __init__(self, config, settings, *, shard: Shard | None, xfail_path: Path, baseline_path: Path | None):
+    def __init__(self, config, settings):
         self.config = config
         self.settings = settings
-        self.shard = shard
-        self.xfail_path = xfail_path
-        self.baseline_path = baseline_path
+        self.shard = settings.shard
+        self.xfail_path = settings.xfail_file
+        self.baseline_path = settings.baseline
         self.is_worker = hasattr(config, "workerinput")
         self.collector = Collector()
         self.stale: list[dict] = []
@@ -62,35 +66,26 @@ class ReportSession:
         self.tolerances = None
         self.results = None
         try:
-            self.xfail_entries = xfails.load(xfail_path)
+            self.xfail_entries = xfails.load(self.xfail_path)
         except ValueError as exc:
             raise pytest.UsageError(f"xfail file: {exc}") from None
         if settings.report_dir is not None:
             check_report_dir(settings.report_dir)
-        if baseline_path is not None and not self.is_worker:
+        if self.baseline_path is not None and not self.is_worker:
             try:
-                self.tolerances = baseline_mod.load_tolerances()
-                self.baseline = baseline_mod.load_baseline(baseline_path, hardware=settings.hardware,
+                self.tolerances = load_tolerances()
+                self.baseline = baseline_mod.load_baseline(self.baseline_path, hardware=settings.hardware,
                                                            profile=settings.profile)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
-
-    @classmethod
-    def from_config(cls, config, settings) -> "ReportSession":
-        xfail_path = config.getoption("xfail_file") or xfails.xfail_file(settings.hardware)
-        return cls(config, settings, shard=config.getoption("shard"), xfail_path=Path(xfail_path),
-                   baseline_path=config.getoption("baseline"))
 
     # ----- collection: known failures, then the shard -------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list) -> None:
         """First of all modifyitems hooks, so that staleness is judged on the whole collection (before -k, -m)."""
-        from conformance.hardware import get_backend
-        from models import MODEL_NAMES
-
         node_ids = [item.nodeid for item in items]
         matched = xfails.match(node_ids, self.xfail_entries)
-        strict = xfails.is_strict(self.settings.profile)
+        strict = self.settings.profile_data.strict_xfails
         for item in items:
             entry = matched.get(item.nodeid)
             if entry is None:
@@ -105,7 +100,7 @@ class ReportSession:
         hardware_precisions = get_backend(self.settings.hardware).precisions
         stale = xfails.stale(self.xfail_entries, functions, matched, self.settings.models, MODEL_NAMES,
                              whole_suite=collected_whole_suite(items),
-                             precisions=self.settings.extra.get("precisions") or hardware_precisions,
+                             precisions=self.settings.precisions,
                              all_precisions=hardware_precisions)
         self.stale = [e.to_dict() for e in stale]
         for entry in stale:  # reported at the entry's line of the xfail file
@@ -145,8 +140,6 @@ class ReportSession:
         report_dir = self.settings.report_dir
         if report_dir is None and not records and not regressions and not self.stale:
             return
-        from conformance.hardware import get_backend
-
         plot_info = plots.write_plots(report_dir, records) if report_dir is not None else None
         self.results = results_record.build(
             settings=self.settings, backend=get_backend(self.settings.hardware), profile=self.settings.profile_data,
@@ -171,8 +164,6 @@ class ReportSession:
 
 def write_report(report_dir, results: dict) -> None:
     """The rendered files, then results.json last; every file is replaced atomically."""
-    from conformance.fileio import write_text_atomic
-
     report_dir = Path(report_dir)
     for name, renderer in render.REPORT_FILES.items():
         write_text_atomic(report_dir / name, renderer(results))

@@ -19,8 +19,6 @@ from pathlib import Path
 
 BUCKETS = ("temporarily-failing", "unsupported", "permanent")
 XFAILS_DIR = Path(__file__).resolve().parent.parent / "xfails"
-# profiles in which an expected failure that passes fails the run
-STRICT_PROFILES = ("full",)
 
 
 @dataclass(frozen=True)
@@ -137,7 +135,3 @@ def _names_unselected_precision(rest: str, precisions, all_precisions) -> bool:
     the longest name wins (``fp16-half-partials`` over ``fp16``)."""
     named = [p for p in all_precisions if rest == p or rest.startswith(p + "-")]
     return bool(named) and max(named, key=len) not in precisions
-
-
-def is_strict(profile: str) -> bool:
-    return profile in STRICT_PROFILES

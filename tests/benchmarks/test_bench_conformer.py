@@ -14,7 +14,7 @@ from transformers import Wav2Vec2ConformerConfig  # noqa: E402
 from transformers.models.wav2vec2_conformer.modeling_wav2vec2_conformer import Wav2Vec2ConformerEncoder  # noqa: E402
 
 from models.conformer import load  # noqa: E402
-from bench_utils import blas_threads  # noqa: E402
+from tests.benchmarks.bench_utils import blas_threads  # noqa: E402
 
 GROUP = "conformer"
 TARGET_RATIO = 1.5

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.hardware.devices import ServiceTimeDevice
 from conformance.perf.harness import ScenarioSettings, run_scenario
-from conformance.perf.sut import ServiceTimeDevice
 from conformance.targets.performance import load_performance_targets
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.hardware import get_backend
-from conformance.reference import CALIBRATION_SEED, EVAL_SEED, run_batched
-from models import load_model
+from models import load_model, run_batched
+from models.seeds import CALIBRATION_SEED, EVAL_SEED
 
 # model -> (config overrides, samples per forward pass)
 CASES = {
@@ -36,9 +36,8 @@ def case(request, backend):
     model = load_model(name, **overrides)
     inputs = model.sample_inputs(samples, seed=EVAL_SEED)
     calibration = model.sample_inputs(samples, seed=CALIBRATION_SEED)
-    plan = backend.fp8_plan(model, "fp8", settings=backend.fp8_settings[name], batch_size=samples,
-                            calibration_inputs=calibration)
-    ops = {"fp16": backend.make_ops(model, "fp16"), "fp8": backend.make_ops(model, "fp8", fp8_plan=plan)}
+    ops = {"fp16": backend.prepare(model, "fp16").ops(),
+           "fp8": backend.prepare(model, "fp8", calibration, batch_size=samples).ops()}
     for precision_ops in ops.values():  # weights quantized (and FP8 weight scales chosen) once, as at compile time
         run_batched(model, inputs, samples, precision_ops)
     return name, model, inputs, samples, ops

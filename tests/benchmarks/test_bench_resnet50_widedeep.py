@@ -19,7 +19,7 @@ from transformers import ResNetConfig as HFResNetConfig  # noqa: E402
 from transformers import ResNetForImageClassification  # noqa: E402
 
 from models import resnet50, widedeep  # noqa: E402
-from bench_utils import blas_threads  # noqa: E402
+from tests.benchmarks.bench_utils import blas_threads  # noqa: E402
 
 TARGET_RATIO = 1.5
 ROUNDS = 5

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import models  # noqa: E402
-from bench_utils import blas_threads  # noqa: E402
+from tests.benchmarks.bench_utils import blas_threads  # noqa: E402
 
 TARGET_RATIO = 1.5
 ROUNDS = 3  # full-size models: a forward takes 0.3-3 s

@@ -33,13 +33,9 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from conformance.perf.devices import Device, get_device
-from conformance.perf.trace import OpRecord, Trace
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from conformance.fileio import load_toml
+from conformance.hardware.ipu.timing.chips import Chip, get_device
+from conformance.hardware.ipu.timing.trace import OpRecord, Trace
 
 TIMING_FILE = Path(__file__).with_name("timing.toml")
 CALIBRATION_FILE = Path(__file__).with_name("calibration.toml")
@@ -63,14 +59,14 @@ class Parameters:
 
 @lru_cache(maxsize=None)
 def load_constants(path: Path = TIMING_FILE) -> dict:
-    return tomllib.loads(Path(path).read_text())
+    return load_toml(path)
 
 
 @lru_cache(maxsize=None)
 def load_calibration(path: Path = CALIBRATION_FILE) -> dict:
     if not Path(path).is_file():
         raise FileNotFoundError(f"timing calibration {str(path)!r} is missing; run `ipu-conformance calibrate --write`")
-    return tomllib.loads(Path(path).read_text())
+    return load_toml(path)
 
 
 def calibrated_parameters(path: Path = CALIBRATION_FILE) -> Parameters:
@@ -98,7 +94,7 @@ class Execution:
 
 @lru_cache(maxsize=None)
 def _execution_table(path: Path = EXECUTION_FILE) -> dict:
-    return tomllib.loads(Path(path).read_text())
+    return load_toml(path)
 
 
 def default_execution(model_name: str, **overrides) -> Execution:
@@ -153,7 +149,7 @@ def _ceil_to(value: float, grain: int) -> float:
 class TimingModel:
     """Prices traces on ``device`` with ``params`` (the calibrated ones by default)."""
 
-    def __init__(self, device: Device | str = "c600", params: Parameters | None = None, constants: dict | None = None):
+    def __init__(self, device: Chip | str = "c600", params: Parameters | None = None, constants: dict | None = None):
         self.device = get_device(device) if isinstance(device, str) else device
         self.params = params or calibrated_parameters()
         self.constants = constants or load_constants()
@@ -308,7 +304,7 @@ class MemoryFit:
         return text
 
 
-def memory_fit(trace: Trace, device: Device) -> MemoryFit:
+def memory_fit(trace: Trace, device: Chip) -> MemoryFit:
     """Weights once at their stored types, plus the peak of live activations: while an op runs, its output and the
     outputs of every earlier op that a later op still reads are held (liveness from the trace's sources)."""
     last_use = list(range(len(trace.ops)))

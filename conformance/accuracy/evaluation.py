@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance import metrics
-from conformance.results import compare
+from conformance.accuracy import metrics
+from conformance.targets import compare
+from conformance.targets.accuracy import TENSOR_METRICS
 
 UNITS = {"snr_db": "dB"}
 
@@ -52,7 +53,7 @@ class MetricSet:
         """The metric's value and where it comes from; tensor metrics gate on the worst output."""
         if metric in self.task:
             return self.task[metric], {}
-        if metric in metrics.TENSOR_METRICS and self.tensor:
+        if metric in TENSOR_METRICS and self.tensor:
             per_output = {out: m[metric] for out, m in self.tensor.items()}
             higher_is_better = metric in ("cosine", "snr_db")
             worst = (min if higher_is_better else max)(per_output, key=per_output.get)

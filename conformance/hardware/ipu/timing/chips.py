@@ -1,4 +1,4 @@
-"""IPU devices as data (``devices.toml``): published figures, and the per-tile, per-cycle rates derived from them."""
+"""IPU chips as data (``chips.toml``): published figures, and the per-tile, per-cycle rates derived from them."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from conformance.fileio import load_toml
 
-DEVICES_FILE = Path(__file__).with_name("devices.toml")
+DEVICES_FILE = Path(__file__).with_name("chips.toml")
 DEFAULT_DEVICE = "c600"
 
 _REQUIRED = ("tiles", "clock_ghz", "sram_mb", "amp_tflops", "vector_tflops", "sram_tbps", "exchange_bytes_per_cycle_per_tile",
@@ -19,7 +16,7 @@ _REQUIRED = ("tiles", "clock_ghz", "sram_mb", "amp_tflops", "vector_tflops", "sr
 
 
 @dataclass(frozen=True)
-class Device:
+class Chip:
     name: str
     description: str
     tiles: int
@@ -62,18 +59,18 @@ class Device:
 
 
 @lru_cache(maxsize=None)
-def load_devices(path: Path = DEVICES_FILE) -> dict[str, Device]:
-    data = tomllib.loads(Path(path).read_text())
+def load_devices(path: Path = DEVICES_FILE) -> dict[str, Chip]:
+    data = load_toml(path)
     devices = {}
     for name, entry in data.items():
         missing = [key for key in _REQUIRED if key not in entry]
         if missing:
             raise ValueError(f"{path}: device [{name}] lacks {missing}")
-        devices[name] = Device(name=name, description=entry.get("description", ""), **{k: entry[k] for k in _REQUIRED})
+        devices[name] = Chip(name=name, description=entry.get("description", ""), **{k: entry[k] for k in _REQUIRED})
     return devices
 
 
-def get_device(name: str = DEFAULT_DEVICE) -> Device:
+def get_device(name: str = DEFAULT_DEVICE) -> Chip:
     """The device called ``name`` (case-insensitive); a ValueError listing the known devices otherwise."""
     devices = load_devices()
     key = name.lower()

@@ -6,7 +6,6 @@ A conformance test calls the ``record_check`` fixture once per gated figure; the
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 RECORD_KEY = "conformance_check"
@@ -30,20 +29,3 @@ class CheckRecord:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def compare(value: float | None, op: str, target: float) -> bool:
-    """``value op target``, False for a missing or NaN value."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    if op == ">=":
-        return value >= target
-    if op == "<=":
-        return value <= target
-    raise ValueError(f"unknown comparison {op!r}; expected '>=' or '<='")
-
-
-def describe(record: CheckRecord) -> str:
-    value = "n/a" if record.value is None else f"{record.value:.6g}"
-    verdict = "PASS" if record.passed else "FAIL"
-    return f"{record.model} {record.precision} {record.scenario or ''} {record.check}: {value} {record.op} {record.target:.6g} {record.units} -> {verdict}".replace("  ", " ")

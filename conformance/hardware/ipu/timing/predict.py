@@ -5,10 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from conformance.perf.devices import DEFAULT_DEVICE, get_device
-from conformance.perf.packing import PackingStats, packing_stats
-from conformance.perf.timing import BatchTime, Execution, MemoryFit, Parameters, TimingModel, default_execution, memory_fit
-from conformance.perf.trace import Trace, data_types, trace_model
+from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE, get_device
+from conformance.hardware.ipu.timing.cost import (
+    BatchTime,
+    Execution,
+    MemoryFit,
+    Parameters,
+    TimingModel,
+    default_execution,
+    memory_fit,
+)
+from conformance.hardware.ipu.timing.packing import PackingStats, packing_stats
+from conformance.hardware.ipu.timing.trace import Trace, data_types, trace_model
+from models import canonical_name, load_model
 
 # Keys of Prediction.to_json(); the README documents them and a test checks them.
 JSON_KEYS = ("model", "precision", "device", "config_overrides", "batch_size", "packed", "sequences_per_pack",
@@ -18,16 +27,12 @@ JSON_KEYS = ("model", "precision", "device", "config_overrides", "batch_size", "
 
 @lru_cache(maxsize=8)
 def _model(name: str, overrides: tuple[tuple[str, object], ...]):
-    from models import load_model
-
     return load_model(name, **dict(overrides))
 
 
 def load_traced_model(name: str, overrides: dict | None = None):
     """The model ``name`` with config ``overrides`` (field names of its config dataclass), cached per process. An unknown
     model or field is a ValueError listing the valid ones."""
-    from models import canonical_name
-
     key = canonical_name(name)
     overrides = dict(overrides or {})
     try:
@@ -44,8 +49,6 @@ def _trace(name: str, overrides: tuple, batch_size: int, precision: str) -> Trac
 
 
 def model_trace(name: str, batch_size: int, precision: str, overrides: dict | None = None) -> Trace:
-    from models import canonical_name
-
     data_types(precision)  # unknown precision: a clear error before loading anything
     return _trace(canonical_name(name), tuple(sorted((overrides or {}).items())), int(batch_size), precision)
 
@@ -110,8 +113,6 @@ class Prediction:
 def predict(model: str, batch_size: int, precision: str, device: str = DEFAULT_DEVICE, overrides: dict | None = None,
             execution: Execution | None = None, params: Parameters | None = None, timing: TimingModel | None = None) -> Prediction:
     """Time per batch of ``batch_size`` samples (packs, for packed models) of ``model`` at ``precision`` on ``device``."""
-    from models import canonical_name
-
     name = canonical_name(model)
     dev = get_device(device)
     overrides = dict(overrides or {})

@@ -9,6 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE, DEVICE_NAMES
+from conformance.hardware.ipu.timing.cost import default_execution
+from conformance.hardware.ipu.timing.predict import predict
+from models import canonical_name
+
 
 def _key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
@@ -18,8 +23,6 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from conformance.perf.devices import DEFAULT_DEVICE, DEVICE_NAMES
-
     parser.add_argument("model", help="model name (albert, bert-base, conformer, resnet50, roformer, widedeep, or an alias)")
     parser.add_argument("--batch-size", type=int, required=True, help="samples per device batch (packs, for packed models)")
     parser.add_argument("--precision", required=True, help="fp16, fp16-half-partials, fp8, fp8-weights or fp32")
@@ -37,10 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from conformance.perf.predict import predict
-    from conformance.perf.timing import default_execution
-    from models import canonical_name
-
     name = canonical_name(args.model)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")

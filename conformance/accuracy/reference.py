@@ -17,13 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from conformance.fileio import write_bytes_atomic, write_text_atomic
-from conformance.settings import reference_samples
+from conformance.targets.profiles import reference_samples
+from models import load_model, run_batched
+from models.seeds import EVAL_SEED, WEIGHT_SEED
 
-REFERENCE_DIR = Path(__file__).resolve().parents[1] / "reference"
+REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
 MANIFEST = "manifest.json"
-EVAL_SEED = 0
-CALIBRATION_SEED = 1
-WEIGHT_SEED = 0
 # Bump when a sample generator or a model's seeded weights change: the stored outputs are then stale.
 GENERATOR_VERSION = 2
 
@@ -55,19 +54,6 @@ def evaluation_inputs(model, count: int | None = None) -> dict[str, np.ndarray]:
     return inputs
 
 
-def run_batched(model, inputs: dict[str, np.ndarray], batch_size: int, ops=None, progress=None) -> dict[str, np.ndarray]:
-    """Run ``model`` over ``inputs`` in batches of ``batch_size`` and concatenate the outputs."""
-    n = len(next(iter(inputs.values())))
-    parts: dict[str, list[np.ndarray]] = {}
-    for start in range(0, n, batch_size):
-        batch = {k: v[start:start + batch_size] for k, v in inputs.items()}
-        for key, value in model(batch, ops).items():
-            parts.setdefault(key, []).append(value)
-        if progress is not None:
-            progress(min(start + batch_size, n), n)
-    return {k: np.concatenate(v) for k, v in parts.items()}
-
-
 def _file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -84,8 +70,6 @@ def read_manifest(directory: Path = REFERENCE_DIR) -> dict:
 
 def generate(names, directory: Path = REFERENCE_DIR, batch_size: int = 8, log=print) -> dict:
     """Compute and store the FP32 outputs of ``names``; other models' manifest entries are kept."""
-    from models import load_model
-
     directory = Path(directory)
     try:
         manifest = read_manifest(directory)
@@ -153,8 +137,6 @@ def load(name: str, directory: Path = REFERENCE_DIR, model=None) -> dict[str, np
 def verify(names, directory: Path = REFERENCE_DIR, recompute: bool = False, log=print) -> list[str]:
     """Problems found with the stored references of ``names`` (empty when all are good). With ``recompute``, the
     outputs are computed again in FP32 and compared (rtol 1e-4 of each output's scale)."""
-    from models import load_model
-
     problems = []
     for name in names:
         try:

@@ -1,9 +1,9 @@
-"""The ``ipu`` hardware: the models' ops computed with the Graphcore IPU's FP16/FP8 numerics (``conformance.numerics``).
+"""The ``ipu`` hardware's ops: the models' ops computed with the Graphcore IPU's FP16/FP8 numerics (``conformance.numerics``).
 
 No IPU exists here; this backend emulates what one computes. The precisions are named policies kept as data in
 ``precisions.toml`` (storage format, matmul/conv partials, which matrix-op operands go to FP8), and the per-model FP8
 settings (formats, scale method, skip list) live there too. Models are never changed for precision: :class:`IpuOps`
-overrides every op of :class:`~conformance.hardware.ops.Ops` and applies the policy:
+overrides every op of :class:`~models.ops.Ops` and applies the policy:
 
 - every tensor between ops is held in FP16 (``quantize(x, "f16")``: round to nearest even, finite overflow saturates);
 - elementwise ops compute from FP16 operands and round the result to FP16 (through FP32, which for add/sub/mul is
@@ -21,120 +21,13 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
-from conformance.hardware.base import Backend, UnsupportedCombination
-from conformance.hardware.ops import Ops, gelu_fp32, sigmoid_fp32
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-PRECISIONS_FILE = Path(__file__).with_name("precisions.toml")
-
-STORAGE_FORMATS = ("f16",)
-PARTIALS = ("float", "half")
-FP8_MODES = ("none", "weights", "all")
-FP8_FORMATS = ("f143", "f152")
-SCALE_METHODS = ("fixed", "amax", "mse")
-# Ops PopRT runs in FP8 (Conv, MatMul, Gemm); every other op stays FP16 whatever the policy.
-FP8_OPS = ("linear", "matmul", "conv2d")
-# FP8 settings for cases that are not one of the six models (the MiniLM checkpoint: a BertModel without "bert.").
-EXTRA_FP8_CASES = ("minilm",)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """One named precision of the ipu hardware (a ``[precisions.<name>]`` table)."""
-
-    name: str
-    description: str
-    storage: str
-    partials: str
-    fp8: str
-
-    @property
-    def uses_fp8(self) -> bool:
-        return self.fp8 != "none"
-
-
-@dataclass(frozen=True)
-class Fp8Settings:
-    """A model's FP8 settings (a ``[fp8.<model>]`` table)."""
-
-    model: str
-    input_format: str = "f143"
-    weight_format: str = "f143"
-    scales: str = "mse"
-    input_scale: int | None = None
-    weight_scale: int | None = None
-    calibration_samples: int = 4
-    skip: tuple[str, ...] = ()
-
-    def format_of(self, operand_class: str) -> str:
-        return self.weight_format if operand_class == "weight" else self.input_format
-
-
-def _check_choice(path, where: str, key: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"{path}: {where}.{key} = {value!r}; expected one of: {', '.join(map(str, allowed))}")
-
-
-@lru_cache(maxsize=None)
-def load_precisions(path: Path = PRECISIONS_FILE) -> tuple[dict[str, Policy], dict[str, Fp8Settings]]:
-    """The policies and per-model FP8 settings in ``path``, validated; a ValueError naming the table and key otherwise."""
-    from models import MODEL_NAMES
-
-    data = tomllib.loads(Path(path).read_text())
-    unknown = sorted(set(data) - {"precisions", "fp8"})
-    if unknown:
-        raise ValueError(f"{path}: unknown top-level table(s) {unknown}; expected [precisions.*] and [fp8.*]")
-    policies = {}
-    for name, entry in data.get("precisions", {}).items():
-        where = f"[precisions.{name}]"
-        extra = sorted(set(entry) - {"description", "storage", "partials", "fp8"})
-        if extra:
-            raise ValueError(f"{path}: {where} has unknown key(s) {extra}")
-        for key, allowed in (("storage", STORAGE_FORMATS), ("partials", PARTIALS), ("fp8", FP8_MODES)):
-            if key not in entry:
-                raise ValueError(f"{path}: {where} lacks {key!r} (one of: {', '.join(allowed)})")
-            _check_choice(path, where, key, entry[key], allowed)
-        policies[name] = Policy(name, entry.get("description", ""), entry["storage"], entry["partials"], entry["fp8"])
-    if not policies:
-        raise ValueError(f"{path}: no [precisions.*] tables")
-    fp8 = {}
-    fields = set(Fp8Settings.__dataclass_fields__) - {"model"}
-    for model, entry in data.get("fp8", {}).items():
-        where = f"[fp8.{model}]"
-        if model not in MODEL_NAMES + EXTRA_FP8_CASES:
-            raise ValueError(f"{path}: {where}: unknown model {model!r}; expected one of: "
-                             f"{', '.join(MODEL_NAMES + EXTRA_FP8_CASES)}")
-        extra = sorted(set(entry) - fields)
-        if extra:
-            raise ValueError(f"{path}: {where} has unknown key(s) {extra}; valid: {', '.join(sorted(fields))}")
-        settings = Fp8Settings(model=model, **{k: (tuple(v) if k == "skip" else v) for k, v in entry.items()})
-        _check_choice(path, where, "input_format", settings.input_format, FP8_FORMATS)
-        _check_choice(path, where, "weight_format", settings.weight_format, FP8_FORMATS)
-        _check_choice(path, where, "scales", settings.scales, SCALE_METHODS)
-        if settings.scales == "fixed":
-            for key in ("input_scale", "weight_scale"):
-                value = getattr(settings, key)
-                if not isinstance(value, int) or not -32 <= value <= 31:
-                    raise ValueError(f"{path}: {where}.{key} = {value!r}; scales='fixed' needs an integer in [-32, 31]")
-        if not isinstance(settings.calibration_samples, int) or settings.calibration_samples < 1:
-            raise ValueError(f"{path}: {where}.calibration_samples = {settings.calibration_samples!r}; expected an integer >= 1")
-        fp8[model] = settings
-    return policies, fp8
-
-
-def _numerics():
-    import conformance.numerics as numerics
-
-    return numerics
+from conformance import numerics
+from conformance.hardware.ipu import fp8_scales
+from conformance.hardware.ipu.policy import Fp8Settings, Policy
+from models.ops import Ops, gelu_fp32, sigmoid_fp32
 
 
 @dataclass
@@ -175,12 +68,11 @@ class IpuOps(Ops):
         self.ops_seen: set[str] = set()
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # (id, what) -> (array, its device form)
         self._grid: dict[int, weakref.ref] = {}  # ids of arrays this object produced (already on the FP16 grid)
-        self._num = _numerics()
 
     # -- FP16 grid -----------------------------------------------------------------------------------------------
     def round_f16(self, x) -> np.ndarray:
         """``x`` rounded to FP16 (RNE, saturating) as a new float32 array."""
-        return self._num.quantize(np.asarray(x, np.float32), "f16")
+        return numerics.quantize(np.asarray(x, np.float32), "f16")
 
     def _mark(self, y: np.ndarray) -> np.ndarray:
         key = id(y)
@@ -209,7 +101,7 @@ class IpuOps(Ops):
         self.ops_seen.add(name)
         if not on_grid:
             if isinstance(y, np.ndarray) and y.dtype == np.float32 and y.flags.c_contiguous and y.flags.writeable:
-                self._num.round_inplace(y, "f16")
+                numerics.round_inplace(y, "f16")
             else:
                 y = self.round_f16(y)
         return self._emit(name, self._mark(y))
@@ -253,14 +145,12 @@ class IpuOps(Ops):
 
     def _fp8_weight(self, name: str, w: np.ndarray) -> np.ndarray:
         """The weight on its FP8 grid (float32 values d = q * 2^scale), scale from the plan, cached."""
-        from conformance.calibration import choose_scale
-
         settings = self.fp8_plan.settings
         fmt = settings.weight_format
 
         def make(x):
-            scale = settings.weight_scale if settings.scales == "fixed" else choose_scale(x, fmt, settings.scales)
-            return int(scale), self._num.quantize(np.asarray(x, np.float32), fmt, scale=int(scale))
+            scale = settings.weight_scale if settings.scales == "fixed" else fp8_scales.choose_scale(x, fmt, settings.scales)
+            return int(scale), numerics.quantize(np.asarray(x, np.float32), fmt, scale=int(scale))
 
         scale, q = self._param(w, f"fp8:{fmt}:{settings.scales}", make)
         self._record_scale(name, "weight", scale)
@@ -270,7 +160,7 @@ class IpuOps(Ops):
         fmt = self.fp8_plan.settings.input_format
         scale = self.fp8_plan.input_scale(name, operand)
         self._record_scale(name, operand, scale)
-        return self._num.quantize(np.asarray(x, np.float32), fmt, scale=scale)
+        return numerics.quantize(np.asarray(x, np.float32), fmt, scale=scale)
 
     # -- matrix units --------------------------------------------------------------------------------------------
     def _weight_operand(self, name: str, w: np.ndarray, fp8: str) -> np.ndarray:
@@ -295,7 +185,7 @@ class IpuOps(Ops):
             x2 = self._fp8_input(name, "input", x2)
         w = self._weight_operand(name, weight, fp8)
         w_t = self._param(w, "transposed", lambda v: np.ascontiguousarray(v.T))  # (in, out): the kernel's b
-        y = _kernels.matmul(self._num, x2, w_t, partials=self.policy.partials, fp8=self._fp8_format(fp8))
+        y = _kernels.matmul(x2, w_t, partials=self.policy.partials, fp8=self._fp8_format(fp8))
         y = self._add_bias(y, bias, (1, -1))
         return self._out(name, y.reshape(*lead, weight.shape[0]), on_grid=bias is None)
 
@@ -305,7 +195,7 @@ class IpuOps(Ops):
         if fp8 == "all":  # both operands are activations: FP8 only when inputs are
             a = self._fp8_input(name, "a", a)
             b = self._fp8_input(name, "b", b)
-        y = _kernels.matmul(self._num, a, b, partials=self.policy.partials, fp8=self._fp8_format(fp8))
+        y = _kernels.matmul(a, b, partials=self.policy.partials, fp8=self._fp8_format(fp8))
         return self._out(name, y, on_grid=True)
 
     def conv2d(self, x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, name):
@@ -314,7 +204,7 @@ class IpuOps(Ops):
         if fp8 == "all":
             x = self._fp8_input(name, "input", x)
         w = self._weight_operand(name, weight, fp8)
-        y = _kernels.conv2d(self._num, x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
+        y = _kernels.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
                             partials=self.policy.partials, fp8=self._fp8_format(fp8))
         y = self._add_bias(y, bias, (1, -1, 1, 1))
         return self._out(name, y, on_grid=bias is None)
@@ -405,77 +295,15 @@ class _Kernels:
     (None for FP16 operands); FP8 operands force half partials and an FP16 result inside the kernels."""
 
     @staticmethod
-    def matmul(num, a, b, *, partials: str, fp8: str | None) -> np.ndarray:
-        return num.matmul(a, b, partials=partials, operand_format=fp8 or "f16")
+    def matmul(a, b, *, partials: str, fp8: str | None) -> np.ndarray:
+        return numerics.matmul(a, b, partials=partials, operand_format=fp8 or "f16")
 
     @staticmethod
-    def conv2d(num, x, w, *, stride, padding, dilation, groups, partials: str, fp8: str | None) -> np.ndarray:
-        return num.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups, partials=partials,
+    def conv2d(x, w, *, stride, padding, dilation, groups, partials: str, fp8: str | None) -> np.ndarray:
+        return numerics.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups, partials=partials,
                           operand_format=fp8 or "f16")
 
 
 _kernels = _Kernels()
 
 
-class IpuBackend(Backend):
-    name = "ipu"
-    description = "Graphcore IPU emulator: bit-exact FP16/FP8 numerics in numpy"
-
-    def __init__(self, precisions_file: Path = PRECISIONS_FILE):
-        self.policies, self.fp8_settings = load_precisions(precisions_file)
-        self.precisions = tuple(self.policies)
-        self._plans: dict[tuple, tuple[object, Fp8Plan]] = {}
-
-    def policy(self, precision: str) -> Policy:
-        self.check_precision(precision)
-        return self.policies[precision]
-
-    def supports(self, model_name: str, precision: str) -> None:
-        policy = self.policy(precision)
-        if policy.uses_fp8 and model_name not in self.fp8_settings:
-            raise UnsupportedCombination(
-                f"{model_name} at {precision}: no FP8 settings for {model_name!r} in {PRECISIONS_FILE.name} "
-                f"(models with FP8 settings: {', '.join(sorted(self.fp8_settings))})"
-            )
-
-    def fp8_plan(self, model, precision: str, *, settings: Fp8Settings | None = None, batch_size: int = 4,
-                 calibration_samples: int | None = None, calibration_inputs=None) -> Fp8Plan:
-        """The FP8 plan of ``model``: its settings (``settings`` or the model's table) and input scales calibrated
-        on the calibration set or ``calibration_inputs`` (cached per model object, shared by every FP8 precision;
-        weight scales are computed from the weights when used)."""
-        from conformance import calibration
-
-        policy = self.policy(precision)
-        settings = settings or self.fp8_settings.get(model.name)
-        if settings is None:
-            raise UnsupportedCombination(f"{model.name} at {precision}: no FP8 settings in {PRECISIONS_FILE.name}")
-        needs_inputs = policy.fp8 == "all" and settings.scales != "fixed"
-        key = (id(model), settings, needs_inputs, calibration_samples)
-        hit = self._plans.get(key)
-        if hit is not None and hit[0] is model and calibration_inputs is None:
-            return hit[1]
-        plan = Fp8Plan(settings)
-        if needs_inputs:
-            plan.input_scales, plan.calibration = calibration.calibrate_inputs(
-                model, settings, batch_size=batch_size, samples=calibration_samples, inputs=calibration_inputs
-            )
-        else:
-            plan.calibration = {"method": settings.scales, "inputs": "not calibrated: " + (
-                "fixed input scale" if settings.scales == "fixed" else "activations stay FP16")}
-        if calibration_inputs is None:  # plans from caller-given inputs are the caller's to keep
-            self._plans[key] = (model, plan)
-        return plan
-
-    def make_ops(self, model, precision: str, *, recorder=None, fp8_plan: Fp8Plan | None = None, batch_size: int = 4,
-                 **options) -> IpuOps:
-        """The ops of ``model`` at ``precision``. FP8 precisions calibrate (or take ``fp8_plan``) first."""
-        if options:
-            raise TypeError(f"ipu make_ops: unknown option(s) {sorted(options)}")
-        policy = self.policy(precision)
-        if policy.uses_fp8 and fp8_plan is None:
-            self.supports(model.name, precision)
-            fp8_plan = self.fp8_plan(model, precision, batch_size=batch_size)
-        return IpuOps(policy, fp8_plan=fp8_plan if policy.uses_fp8 else None, recorder=recorder)
-
-    def versions(self) -> dict[str, str]:
-        return {"numpy": np.__version__}

@@ -1,11 +1,12 @@
 """The op trace of a model: what every op of one forward pass costs, without computing anything.
 
-:class:`TraceOps` is an :class:`~conformance.hardware.ops.Ops` whose methods record the op (its class, name, FLOPs and
+:class:`TraceOps` is an :class:`~models.ops.Ops` whose methods record the op (its class, name, FLOPs and
 bytes at the precision's data types, the matrix shape of matrix ops) and return a correctly shaped array of zeros, so
-tracing a full-size model at any batch size takes milliseconds. The timing model (:mod:`conformance.perf.timing`)
+tracing a full-size model at any batch size takes milliseconds. The timing model (:mod:`conformance.hardware.ipu.timing.cost`)
 turns a trace into time on a device.
 
-Data types come from the ``ipu`` hardware's precision policies (``conformance/hardware/precisions.toml``): tensors are
+Data types come from the ``ipu`` hardware's precision policies (``conformance/hardware/ipu/precisions.toml``, read by
+:mod:`conformance.hardware.ipu.policy`): tensors are
 held in FP16; under ``fp8 = "all"`` the operands of the matrix ops (conv2d, matmul, linear = PopRT's Conv, MatMul, Gemm)
 are FP8, 1 byte, and the matrix units run at their FP8 rate; under ``fp8 = "weights"`` only the weights are 1 byte and the
 units run at the FP16 rate; ops on the model's FP8 skip list stay FP16. ``fp32`` holds everything in 4 bytes.
@@ -14,23 +15,15 @@ units run at the FP16 rate; ops on the model's FP8 skip list stay FP16. ``fp32``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from math import prod
-from pathlib import Path
 
 import numpy as np
 
-from conformance.hardware.ops import Ops
+from conformance.hardware.ipu.policy import load_precisions
 from conformance.numerics.kernels import as_pair
+from models.ops import Ops
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-PRECISIONS_FILE = Path(__file__).resolve().parents[1] / "hardware" / "precisions.toml"
-MATRIX_OPS = ("linear", "matmul", "conv2d")  # the ops FP8 applies to (PopRT: Conv, MatMul, Gemm)
-STORAGE_BYTES = {"f16": 2, "f32": 4}
+STORAGE_TYPES = {"f16": "fp16"}  # a policy's storage format -> the data type the trace prices
 # Bytes per element of a model input as the device receives it: ids as int32, masks as bytes, floats in the storage type.
 INPUT_KIND_BYTES = {"int": 4, "bool": 1}
 
@@ -61,32 +54,23 @@ class DataTypes:
         return self.storage, self.storage_bytes, self.storage_bytes, partial
 
 
-@lru_cache(maxsize=None)
-def _policy_file(path: Path = PRECISIONS_FILE) -> dict:
-    if not Path(path).is_file():
-        return {}
-    return tomllib.loads(Path(path).read_text())
-
-
-def precision_names(path: Path = PRECISIONS_FILE) -> tuple[str, ...]:
+def precision_names() -> tuple[str, ...]:
     """The precisions the timing model knows: the ``ipu`` hardware's policies, and ``fp32``."""
-    return tuple(_policy_file(path).get("precisions", {})) + ("fp32",)
+    return tuple(load_precisions()[0]) + ("fp32",)
 
 
-def data_types(precision: str, model_name: str | None = None, path: Path = PRECISIONS_FILE) -> DataTypes:
+def data_types(precision: str, model_name: str | None = None) -> DataTypes:
     """The data types of ``precision`` for ``model_name`` (its FP8 skip list applies); a ValueError listing the valid
     precisions otherwise."""
     if precision == "fp32":
         return DataTypes("fp32", "fp32", "none", partials="float")
-    data = _policy_file(path)
-    policies = data.get("precisions", {})
+    policies, fp8 = load_precisions()
     if precision not in policies:
-        raise ValueError(f"unknown precision {precision!r}; expected one of: {', '.join(precision_names(path))}")
+        raise ValueError(f"unknown precision {precision!r}; expected one of: {', '.join(precision_names())}")
     policy = policies[precision]
-    storage = {"f16": "fp16", "f32": "fp32"}[policy.get("storage", "f16")]
-    fp8 = policy.get("fp8", "none")
-    skip = tuple(data.get("fp8", {}).get(model_name or "", {}).get("skip", ())) if fp8 != "none" else ()
-    return DataTypes(precision, storage, fp8, skip, policy.get("partials", "float"))
+    settings = fp8.get(model_name or "")
+    skip = settings.skip if policy.uses_fp8 and settings is not None else ()
+    return DataTypes(precision, STORAGE_TYPES[policy.storage], policy.fp8, tuple(skip), policy.partials)
 
 
 @dataclass

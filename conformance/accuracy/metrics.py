@@ -17,23 +17,14 @@ from collections import Counter
 
 import numpy as np
 
+from conformance.targets.accuracy import TASK_METRICS
+
 # SNR reported when the outputs are bit-identical: far beyond what float32 can resolve (~150 dB), finite for JSON.
 SNR_IDENTICAL_DB = 300.0
 # SQuAD v1.1 post-processing: answers are at most this many tokens long.
 MAX_ANSWER_TOKENS = 30
 # Seed of the wide&deep click labels drawn from the FP32 probabilities; one draw per evaluation set.
 WIDEDEEP_LABEL_SEED = 20160624
-
-TENSOR_METRICS = (
-    "mean_abs_diff",
-    "std_abs_diff",
-    "max_abs_diff",
-    "max_rel_diff",
-    "mean_rel_diff",
-    "cosine",
-    "snr_db",
-)
-
 
 class MetricError(ValueError):
     """Outputs that cannot be compared: mismatched shapes, missing outputs, non-finite values."""
@@ -241,16 +232,6 @@ def click_probability(probabilities) -> np.ndarray:
 
 
 # -- per model --------------------------------------------------------------------------------------------------------
-# The task metrics each model reports; the keys are the metric names used in the targets file.
-TASK_METRICS = {
-    "resnet50": ("top1_agreement", "top5_agreement"),
-    "bert-base": ("exact_match", "f1"),
-    "albert": ("exact_match", "f1"),
-    "roformer": ("pairwise_order_agreement",),
-    "widedeep": ("accuracy", "auc"),
-    "conformer": (),  # no data set: tensor-level SNR and cosine of the encoder output are its task metrics
-}
-
 # The output whose tensor-level metrics are gated, per model (others are reported).
 PRIMARY_OUTPUT = {
     "resnet50": "logits",

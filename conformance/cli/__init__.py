@@ -9,10 +9,10 @@ import sys
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
-    "reference": ("conformance.reference_cli", "generate or verify the FP32 reference outputs"),
-    "predict": ("conformance.predict_cli", "predict time per batch and throughput on an IPU from the timing model"),
-    "calibrate": ("conformance.calibrate_cli", "refit the IPU timing model to published results and print the residuals"),
-    "report": ("conformance.report_cli", "render (and merge) the compliance table from results.json files"),
+    "reference": ("conformance.cli.reference", "generate or verify the FP32 reference outputs"),
+    "predict": ("conformance.cli.predict", "predict time per batch and throughput on an IPU from the timing model"),
+    "calibrate": ("conformance.cli.calibrate", "refit the IPU timing model to published results and print the residuals"),
+    "report": ("conformance.cli.report", "render (and merge) the compliance table from results.json files"),
 }
 
 

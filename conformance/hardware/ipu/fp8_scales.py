@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.hardware.ops import Ops
+from conformance.numerics import SCALE_RANGE, format_info, quantize
+from models import run_batched
+from models.ops import Ops
+from models.seeds import CALIBRATION_SEED
 
-FP8_MAX = {"f143": 240.0, "f152": 57344.0}
-SCALE_MIN, SCALE_MAX = -32, 31
+FP8_FORMATS = ("f143", "f152")
+SCALE_MIN, SCALE_MAX = SCALE_RANGE
 # How many scales below the amax scale the MSE search tries: 8 binades of extra resolution for the small values.
 MSE_WINDOW = 8
 # Values per tensor the MSE search evaluates (a seeded sample of everything observed).
@@ -31,10 +34,9 @@ OBSERVE_PER_CALL = 1 << 13
 
 
 def _fp8_max(fmt: str) -> float:
-    try:
-        return FP8_MAX[fmt]
-    except KeyError:
-        raise ValueError(f"unknown FP8 format {fmt!r}; expected one of: {', '.join(FP8_MAX)}") from None
+    if fmt not in FP8_FORMATS:
+        raise ValueError(f"unknown FP8 format {fmt!r}; expected one of: {', '.join(FP8_FORMATS)}")
+    return format_info(fmt).max_value
 
 
 def amax_scale(amax: float, fmt: str) -> int:
@@ -72,8 +74,6 @@ def _positions(size: int, count: int) -> np.ndarray:
 def mse_scale(values, fmt: str, amax: float | None = None, window: int = MSE_WINDOW) -> int:
     """The scale among ``amax_scale - window .. amax_scale`` (clipped to [-32, 31]) with the least mean squared error of
     ``quantize(values, fmt, scale=s)`` (saturating); ties go to the larger scale (less clipping)."""
-    from conformance.numerics import quantize
-
     values = sample_values(values, MSE_SAMPLE)
     if amax is None:
         amax = float(np.max(np.abs(values))) if values.size else 0.0
@@ -160,8 +160,6 @@ class OperandObserver(Ops):
 
 def calibration_inputs(model, count: int) -> dict[str, np.ndarray]:
     """The first ``count`` samples of the model's calibration set (disjoint from the evaluation set)."""
-    from conformance.reference import CALIBRATION_SEED
-
     return model.sample_inputs(count, seed=CALIBRATION_SEED)
 
 
@@ -170,8 +168,6 @@ def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | Non
     calibration set (or on ``inputs``, e.g. real text disjoint from the evaluation text), and a description of the
     calibration for the report. Skip-list names the model never calls are an error (a typo in precisions.toml would
     otherwise silently run the op in FP8)."""
-    from conformance.reference import CALIBRATION_SEED, run_batched
-
     if inputs is None:
         count = samples or settings.calibration_samples
         inputs = calibration_inputs(model, count)

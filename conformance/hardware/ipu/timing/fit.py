@@ -13,15 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import least_squares
 
-from conformance.fileio import write_text_atomic
-from conformance.perf.predict import Prediction, predict
-from conformance.perf.timing import CALIBRATION_FILE, PARAMETER_NAMES, Parameters, TimingModel, default_execution
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from conformance.fileio import load_toml, write_text_atomic
+from conformance.hardware.ipu.timing.cost import (
+    CALIBRATION_FILE,
+    PARAMETER_NAMES,
+    Parameters,
+    TimingModel,
+    default_execution,
+)
+from conformance.hardware.ipu.timing.predict import Prediction, predict
 
 PUBLISHED_FILE = Path(__file__).with_name("published.toml")
 DEVICE = "c600"  # every published row is a C600
@@ -61,7 +63,7 @@ class PublishedRow:
 
 
 def load_rows(path: Path = PUBLISHED_FILE) -> list[PublishedRow]:
-    data = tomllib.loads(Path(path).read_text())
+    data = load_toml(path)
     rows = []
     for i, entry in enumerate(data.get("row", [])):
         try:
@@ -125,8 +127,6 @@ def _from_vector(x) -> Parameters:
 
 def fit(rows: list[PublishedRow] | None = None) -> tuple[Parameters, list[RowResult]]:
     """Least-squares fit of the parameters to the rows marked ``fit``; returns them and every row's result."""
-    from scipy.optimize import least_squares
-
     rows = load_rows() if rows is None else rows
     fitted = [r for r in rows if r.fit]
     if len(fitted) < len(PARAMETER_NAMES):

@@ -1,9 +1,12 @@
 """Refit the IPU timing model's efficiencies to the published results and print every row's residual
-(``ipu-conformance calibrate``); ``--write`` stores them in conformance/perf/calibration.toml."""
+(``ipu-conformance calibrate``); ``--write`` stores them in conformance/hardware/ipu/timing/calibration.toml."""
 
 from __future__ import annotations
 
 import argparse
+
+from conformance.hardware.ipu.timing import fit
+from conformance.hardware.ipu.timing.cost import CALIBRATION_FILE, calibrated_parameters, load_calibration
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,21 +17,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from conformance.perf import calibration
-    from conformance.perf.timing import CALIBRATION_FILE, calibrated_parameters, load_calibration
-
-    rows = calibration.load_rows()
+    rows = fit.load_rows()
     if args.check:
         params = calibrated_parameters()
-        results = calibration.evaluate(rows, params)
-        print(calibration.format_table(results, params))
+        results = fit.evaluate(rows, params)
+        print(fit.format_table(results, params))
         reported = float(load_calibration()["fit"]["max_abs_error"])
-        worst = calibration.summary(results)["max_abs_error"]
+        worst = fit.summary(results)["max_abs_error"]
         print(f"reported max |error| {reported:.1%}, now {worst:.1%}")
         return 0 if worst <= reported + 1e-9 else 1
-    params, results = calibration.fit(rows)
-    print(calibration.format_table(results, params))
+    params, results = fit.fit(rows)
+    print(fit.format_table(results, params))
     if args.write:
-        calibration.write_calibration(params, results)
+        fit.write_calibration(params, results)
         print(f"written to {CALIBRATION_FILE}")
     return 0

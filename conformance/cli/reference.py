@@ -6,12 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance import reference
+from conformance.accuracy import reference
+from models import MODEL_NAMES, canonical_name
 
 
 def _models(value: str) -> list[str]:
-    from models import canonical_name
-
     try:
         return [canonical_name(v.strip()) for v in value.split(",") if v.strip()]
     except ValueError as exc:
@@ -26,8 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from models import MODEL_NAMES
-
     names = [n for group in args.model for n in group] or list(MODEL_NAMES)
     if args.action == "generate":
         reference.generate(names, args.dir)

@@ -1,0 +1,1 @@
+"""MLPerf-style conformance suite for the Graphcore IPU."""

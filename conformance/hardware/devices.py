@@ -1,0 +1,162 @@
+"""The devices LoadGen's system under test drives: what :meth:`Backend.loadgen_device` returns.
+
+A *device* serves batches of QSL sample indices. Two kinds cover the suite's hardware:
+
+- :class:`ServiceTimeDevice`: a device on a simulated timeline whose service times come from a model (the simulated IPU,
+  the null hardware): a batch starts when the device is free, occupies it for its occupancy and completes after its
+  latency; its answers are computed when LoadGen loads the samples.
+- :class:`ExecutingDevice`: real execution, really timed (the cpu).
+
+A QSL sample is one model sample (an image, a sequence, an utterance), except for wide&deep, where it is one request of
+``rows_per_sample`` candidate rows (MLPerf's DLRM aggregates user-item pairs into samples the same way): a LoadGen
+sample per row would measure Python, not the device.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from models.seeds import EVAL_SEED
+
+EMPTY_RESPONSE = np.zeros(0, np.uint8)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The model's share of a performance run: how many QSL samples are loaded, what one sample is, and the largest
+    device batch (in samples) the system under test forms."""
+
+    model: str
+    performance_samples: int
+    rows_per_sample: int = 1
+    max_batch: int = 1
+
+
+def response_bytes(outputs: dict[str, np.ndarray], start: int, stop: int) -> np.ndarray:
+    """One sample's answer as LoadGen receives it: the model's outputs for its rows, float32, concatenated in name order."""
+    return np.concatenate([np.ascontiguousarray(outputs[k][start:stop], np.float32).ravel() for k in sorted(outputs)])
+
+
+class Samples:
+    """The performance sample set of a model: inputs of ``performance_samples x rows_per_sample`` rows of the
+    evaluation set's generator."""
+
+    def __init__(self, model, workload: Workload):
+        self.model = model
+        self.workload = workload
+        rows = workload.performance_samples * workload.rows_per_sample
+        self.inputs = model.sample_inputs(rows, seed=EVAL_SEED)
+
+    def rows(self, index: int) -> tuple[int, int]:
+        r = self.workload.rows_per_sample
+        return index * r, (index + 1) * r
+
+    def batch_inputs(self, indices) -> dict[str, np.ndarray]:
+        parts = [{k: v[slice(*self.rows(i))] for k, v in self.inputs.items()} for i in indices]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def responses(self, outputs: dict[str, np.ndarray], count: int) -> list[np.ndarray]:
+        """The answers to ``count`` samples whose rows are, in order, the rows of ``outputs``."""
+        r = self.workload.rows_per_sample
+        return [response_bytes(outputs, j * r, (j + 1) * r) for j in range(count)]
+
+    def sequence_lengths(self) -> np.ndarray | None:
+        mask = self.inputs.get("attention_mask")
+        return None if mask is None else np.asarray(mask).sum(axis=1).astype(np.int64)
+
+
+class Device:
+    """Serves batches of QSL sample indices. ``load`` prepares samples (QSL load); ``start_batch`` begins a batch that
+    was complete at perf_counter time ``formed_at`` and returns (time it completes, one response array per sample).
+
+    ``samples`` is the performance sample set whose answers the device gives (None when it answers something else):
+    TEST01 scores its responses against FP32 on those inputs."""
+
+    instant = False  # start_batch returns at once (a simulated timeline): it may run in LoadGen's issue thread
+    samples: Samples | None = None
+
+    def load(self, indices: Sequence[int]) -> None:
+        pass
+
+    def unload(self, indices: Sequence[int]) -> None:
+        pass
+
+    def ready_at(self) -> float:
+        """perf_counter time at which the device can start another batch."""
+        return 0.0
+
+    def start_batch(self, indices: Sequence[int], formed_at: float) -> tuple[float, list[np.ndarray]]:
+        raise NotImplementedError
+
+    def predicted_service(self, indices: Sequence[int]) -> tuple[float, float] | None:
+        """(occupancy, latency) of a batch of these samples from the device's timing model, for LoadGen's expected
+        latency and the Offline query size; None for a device whose time is measured (nothing to predict from)."""
+        return None
+
+    def reset(self) -> None:
+        """Start a new run: a simulated timeline goes back to an idle device at time 0."""
+
+    def fresh(self) -> "Device":
+        """A copy that computes its answers again (TEST01's accuracy-mode device must not read what performance mode
+        kept)."""
+        return copy.copy(self)
+
+
+class ServiceTimeDevice(Device):
+    """A device on a simulated timeline: ``service(n) -> (occupancy_s, latency_s)`` for a batch of ``n`` samples;
+    ``responses[index]`` is the answer to sample ``index`` (zero bytes when absent)."""
+
+    instant = True
+
+    def __init__(self, service: Callable[[int], tuple[float, float]], responses: dict[int, np.ndarray] | None = None):
+        self.service = service
+        self.responses = responses if responses is not None else {}
+        self._free_at = 0.0
+
+    def ready_at(self) -> float:
+        return self._free_at
+
+    def service_time(self, indices) -> tuple[float, float]:
+        """(occupancy, latency) of a batch of these samples on the timeline."""
+        return self.service(len(indices))
+
+    def predicted_service(self, indices) -> tuple[float, float] | None:
+        return self.service_time(indices)
+
+    def start_batch(self, indices, formed_at):
+        occupancy, latency = self.service_time(indices)
+        start = max(formed_at, self._free_at)
+        self._free_at = start + occupancy
+        return start + latency, [self.responses.get(i, EMPTY_RESPONSE) for i in indices]
+
+    def reset(self) -> None:
+        self._free_at = 0.0
+
+    def fresh(self) -> "ServiceTimeDevice":
+        clone = copy.copy(self)
+        clone.responses = {}
+        clone.reset()
+        return clone
+
+
+class ExecutingDevice(Device):
+    """Runs ``execute(indices) -> list of responses`` for real, in the dispatcher thread: the batch completes when it
+    returns. ``prepare(indices)`` runs at QSL load (e.g. builds the inputs)."""
+
+    def __init__(self, execute: Callable[[Sequence[int]], list[np.ndarray]],
+                 prepare: Callable[[Sequence[int]], None] | None = None):
+        self.execute = execute
+        self.prepare = prepare
+
+    def load(self, indices):
+        if self.prepare is not None:
+            self.prepare(indices)
+
+    def start_batch(self, indices, formed_at):
+        responses = self.execute(indices)
+        return time.perf_counter(), responses

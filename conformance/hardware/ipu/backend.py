@@ -1,0 +1,111 @@
+"""The ``ipu`` hardware: the Graphcore IPU emulated, bit-exact FP16/FP8 numerics (:mod:`conformance.hardware.ipu.ops`)
+and a timing model of the chip (:mod:`conformance.hardware.ipu.timing`) behind LoadGen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from conformance.hardware.base import Backend, Prepared, UnsupportedCombination
+from conformance.hardware.devices import Workload
+from conformance.hardware.ipu import fp8_scales
+from conformance.hardware.ipu.ops import Fp8Plan, IpuOps
+from conformance.hardware.ipu.policy import PRECISIONS_FILE, Fp8Settings, Policy, load_precisions
+from conformance.hardware.ipu.simulated import SimulatedIpu
+from conformance.hardware.ipu.timing.cost import default_execution
+
+
+class IpuPrepared(Prepared):
+    """IpuOps at one precision, with the FP8 plan (formats and scales) every ops object of the run shares."""
+
+    def __init__(self, model, policy: Policy, plan: Fp8Plan | None):
+        super().__init__(model, policy.name, lambda recorder=None: IpuOps(policy, fp8_plan=plan, recorder=recorder))
+        self.policy = policy
+        self.plan = plan
+
+    def details(self, ops: IpuOps) -> dict:
+        if self.plan is None:
+            return {}
+        settings = self.plan.settings
+        return {"fp8_scales": ops.scales_used,
+                "fp8_calibration": {**self.plan.calibration, "input_format": settings.input_format,
+                                    "weight_format": settings.weight_format, "skip": list(settings.skip)}}
+
+
+class IpuBackend(Backend):
+    name = "ipu"
+    description = "Graphcore IPU emulator: bit-exact FP16/FP8 numerics in numpy"
+    timing = "simulated"
+
+    def __init__(self, precisions_file: Path = PRECISIONS_FILE):
+        self.policies, self.fp8_settings = load_precisions(precisions_file)
+        self.precisions = tuple(self.policies)
+        self._plans: dict[tuple, tuple[object, Fp8Plan]] = {}
+        self._devices: dict[tuple, SimulatedIpu] = {}
+
+    def policy(self, precision: str) -> Policy:
+        self.check_precision(precision)
+        return self.policies[precision]
+
+    def accuracy_support(self, model_name: str, precision: str) -> str | None:
+        reason = super().accuracy_support(model_name, precision)
+        if reason is None and self.policy(precision).uses_fp8 and model_name not in self.fp8_settings:
+            reason = (f"{model_name} at {precision}: no FP8 settings for {model_name!r} in {PRECISIONS_FILE.name} "
+                      f"(models with FP8 settings: {', '.join(sorted(self.fp8_settings))})")
+        return reason
+
+    def fp8_plan(self, model, precision: str, *, settings: Fp8Settings | None = None, batch_size: int = 4,
+                 calibration_samples: int | None = None, calibration_inputs=None) -> Fp8Plan:
+        """The FP8 plan of ``model``: its settings (``settings`` or the model's table) and input scales calibrated
+        on the calibration set or ``calibration_inputs`` (cached per model object, shared by every FP8 precision;
+        weight scales are computed from the weights when used)."""
+        policy = self.policy(precision)
+        settings = settings or self.fp8_settings.get(model.name)
+        if settings is None:
+            raise UnsupportedCombination(f"{model.name} at {precision}: no FP8 settings in {PRECISIONS_FILE.name}")
+        needs_inputs = policy.fp8 == "all" and settings.scales != "fixed"
+        key = (id(model), settings, needs_inputs, calibration_samples)
+        hit = self._plans.get(key)
+        if hit is not None and hit[0] is model and calibration_inputs is None:
+            return hit[1]
+        plan = Fp8Plan(settings)
+        if needs_inputs:
+            plan.input_scales, plan.calibration = fp8_scales.calibrate_inputs(
+                model, settings, batch_size=batch_size, samples=calibration_samples, inputs=calibration_inputs
+            )
+        else:
+            plan.calibration = {"method": settings.scales, "inputs": "not calibrated: " + (
+                "fixed input scale" if settings.scales == "fixed" else "activations stay FP16")}
+        if calibration_inputs is None:  # plans from caller-given inputs are the caller's to keep
+            self._plans[key] = (model, plan)
+        return plan
+
+    def prepare(self, model, precision: str, calibration_inputs: dict | None = None, *, batch_size: int = 4,
+                case: str | None = None) -> "IpuPrepared":
+        """The ops of ``model`` at ``precision``; FP8 precisions calibrate their input scales first (once per model)."""
+        policy = self.policy(precision)
+        plan = None
+        if policy.uses_fp8:
+            settings = self.fp8_settings.get(case or model.name)
+            if settings is None:
+                raise UnsupportedCombination(self.accuracy_support(case or model.name, precision))
+            plan = self.fp8_plan(model, precision, settings=settings, batch_size=batch_size,
+                                 calibration_inputs=calibration_inputs)
+        return IpuPrepared(model, policy, plan)
+
+    def loadgen_device(self, model, precision: str, workload: Workload) -> SimulatedIpu:
+        """The simulated IPU for ``model`` at ``precision``, kept per model object for the session (its answers are
+        computed once, with the FP8 scales the accuracy tests calibrated on the same model); its timeline is reset for
+        each run."""
+        key = (id(model), precision, workload)
+        device = self._devices.get(key)
+        if device is None or device.samples.model is not model:
+            prepared = self.prepare(model, precision)
+            device = SimulatedIpu(model, precision, workload, default_execution(model.name).packed, prepared.ops)
+            self._devices[key] = device
+        device.reset()
+        return device
+
+    def versions(self) -> dict[str, str]:
+        return {"numpy": np.__version__}

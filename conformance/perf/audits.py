@@ -1,0 +1,92 @@
+"""MLPerf compliance audits over the LoadGen harness: TEST01 (performance-mode answers are the accuracy-mode answers) and
+TEST04 (a repeated sample is not served faster: no caching of results). Plain functions, testable without pytest.
+
+TEST01 (:func:`~conformance.perf.test01.run_test01`): a performance run with LoadGen's accuracy-log sampling writes a random subset of the
+responses to ``mlperf_log_accuracy.json``; an accuracy run (``TestMode.AccuracyOnly``, every QSL sample once) on a device
+that computes its answers afresh writes all of them; :func:`~conformance.perf.test01.compare_responses` checks each sampled response against the
+accuracy-mode response of the same ``qsl_idx``, byte for byte. When some differ, MLPerf's rule for non-deterministic
+systems decides (:func:`~conformance.perf.test01.accuracy_delta`): the task metric of the sampled responses and of the accuracy-mode responses of
+the same samples (MLPerf's ``create_accuracy_baseline.py``) may differ by at most 1% (-99) or 0.1% (-99.9).
+
+TEST04 (:func:`~conformance.perf.test04.run_test04`): a performance run over the performance sample set, then one where LoadGen issues a single
+loaded sample over and over (``performance_issue_same``); the second must not score more than 10% better (20% for
+SingleStream/MultiStream latencies of microseconds and more), as MLPerf's ``verify_performance.py`` decides, whose score
+is samples/s, or 1e9 / the early-stopping latency estimate in ns. A pair over the bound is measured again before the
+audit fails (host noise; a caching system fails every pair).
+
+The audits themselves are :mod:`conformance.perf.test01` and :mod:`conformance.perf.test04`; their configuration
+(scenarios, seeds, bounds, exempt models) is data: ``conformance/targets/audit.toml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlperf_loadgen as lg
+
+from conformance.hardware.base import AUDITS
+from conformance.perf.harness import ScenarioSettings
+from conformance.targets.audit import AuditConfig
+from conformance.targets.performance import PerformanceTarget
+
+
+@dataclass(frozen=True)
+class AuditCase:
+    """One audit of one performance target: ``<model>-<precision>-<scenario>-<audit>``."""
+
+    target: PerformanceTarget
+    audit: str
+
+    @property
+    def test_id(self) -> str:
+        return f"{self.target.test_id}-{self.audit}"
+
+
+def audit_matrix(targets, config: AuditConfig) -> tuple[list[AuditCase], dict[str, str]]:
+    """The audits of these performance targets: each target in a scenario an audit applies to, unless its model is
+    exempt. Returns the cases and, for the record, the exempt ones (test id -> reason)."""
+    cases, exempt = [], {}
+    for target in targets:
+        for audit in AUDITS:
+            if target.scenario not in config.scenarios(audit):
+                continue
+            case = AuditCase(target, audit)
+            reason = config.exempt_reason(audit, target.model)
+            if reason:
+                exempt[case.test_id] = reason
+            else:
+                cases.append(case)
+    return cases, exempt
+
+
+# -- LoadGen settings of the audit runs -----------------------------------------------------------------------------
+@dataclass
+class AuditSettings(ScenarioSettings):
+    """A scenario's settings plus the audit's LoadGen fields (what MLPerf's audit.config files set)."""
+
+    mode: str = "PerformanceOnly"  # or "AccuracyOnly"
+    accuracy_log_sampling_target: int = 0
+    accuracy_log_rng_seed: int = 0
+    issue_same_index: int | None = None  # performance_issue_same with this index into the loaded sample set
+
+    @classmethod
+    def from_settings(cls, settings: ScenarioSettings, **changes) -> "AuditSettings":
+        """``settings`` with the audit's fields (and any scenario field) changed."""
+        base = {k: getattr(settings, k) for k in ScenarioSettings.__dataclass_fields__}
+        return cls(**{**base, **changes})
+
+    def loadgen_settings(self):
+        s = super().loadgen_settings()
+        if self.mode not in ("PerformanceOnly", "AccuracyOnly"):
+            raise ValueError(f"audit run mode {self.mode!r}; expected PerformanceOnly or AccuracyOnly")
+        s.mode = getattr(lg.TestMode, self.mode)
+        s.accuracy_log_sampling_target = int(self.accuracy_log_sampling_target)
+        s.accuracy_log_rng_seed = int(self.accuracy_log_rng_seed)
+        if self.issue_same_index is not None:
+            if not 0 <= self.issue_same_index < self.performance_sample_count:
+                raise ValueError(f"performance_issue_same_index {self.issue_same_index} is outside the "
+                                 f"{self.performance_sample_count} loaded samples")
+            s.performance_issue_unique = False
+            s.performance_issue_same = True
+            s.performance_issue_same_index = int(self.issue_same_index)
+        return s

@@ -1,0 +1,251 @@
+"""MLPerf's TEST01: performance-mode answers are the accuracy-mode answers (see :mod:`conformance.perf.audits`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from conformance.accuracy import metrics
+from conformance.hardware.devices import Device, Samples
+from conformance.perf.audits import AuditSettings
+from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
+from conformance.targets.accuracy import TASK_METRICS
+from models.ops import Ops
+
+
+class AccuracyLogError(ValueError):
+    """A LoadGen accuracy log that cannot be read; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class LoggedResponse:
+    seq_id: int
+    qsl_idx: int
+    data: bytes
+
+
+def read_accuracy_log(path: Path) -> list[LoggedResponse]:
+    """The entries of a LoadGen ``mlperf_log_accuracy.json`` (a list of {seq_id, qsl_idx, data: hex})."""
+    path = Path(path)
+    if not path.is_file():
+        raise AccuracyLogError(f"{path}: no LoadGen accuracy log (expected mlperf_log_accuracy.json from the run)")
+    try:
+        entries = json.loads(path.read_text() or "[]")
+    except json.JSONDecodeError as exc:
+        raise AccuracyLogError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(entries, list):
+        raise AccuracyLogError(f"{path}: expected a JSON list of responses, got {type(entries).__name__}")
+    out = []
+    for i, entry in enumerate(entries):
+        try:
+            out.append(LoggedResponse(int(entry["seq_id"]), int(entry["qsl_idx"]), bytes.fromhex(entry["data"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AccuracyLogError(f"{path}: entry {i} is not {{seq_id, qsl_idx, data: hex}} ({exc!r}): "
+                                   f"{entry!r:.200}") from None
+    return out
+
+
+@dataclass
+class ResponseComparison:
+    """Sampled performance-mode responses against the accuracy-mode responses of the same samples."""
+
+    sampled: int  # responses LoadGen logged in performance mode
+    matching: int  # byte-equal to the accuracy-mode response of the same qsl_idx
+    mismatched: list[int]  # qsl_idx of the responses that differ (one per logged response)
+    missing: list[int]  # qsl_idx logged in performance mode but absent from the accuracy log
+    inconsistent_accuracy: list[int]  # qsl_idx logged twice in accuracy mode with different data
+
+    @property
+    def fraction(self) -> float:
+        """Fraction of the sampled responses that match; 0 when nothing was sampled (the audit saw nothing)."""
+        return self.matching / self.sampled if self.sampled else 0.0
+
+    @property
+    def all_match(self) -> bool:
+        return self.sampled > 0 and self.matching == self.sampled
+
+
+def compare_responses(performance: Sequence[LoggedResponse], accuracy: Sequence[LoggedResponse]) -> ResponseComparison:
+    baseline: dict[int, bytes] = {}
+    inconsistent = set()
+    for entry in accuracy:
+        if entry.qsl_idx in baseline and baseline[entry.qsl_idx] != entry.data:
+            inconsistent.add(entry.qsl_idx)
+        baseline.setdefault(entry.qsl_idx, entry.data)
+    matching, mismatched, missing = 0, [], []
+    for entry in performance:
+        expected = baseline.get(entry.qsl_idx)
+        if expected is None:
+            missing.append(entry.qsl_idx)
+        elif expected == entry.data:
+            matching += 1
+        else:
+            mismatched.append(entry.qsl_idx)
+    return ResponseComparison(len(performance), matching, mismatched, missing, sorted(inconsistent))
+
+
+Scorer = Callable[[Sequence[tuple[int, bytes]]], dict]  # [(qsl_idx, response bytes)] -> {metric: value}
+
+
+@dataclass
+class AccuracyDelta:
+    """MLPerf's TEST01 fallback: the task metrics of the sampled responses and of their accuracy-mode baseline."""
+
+    tolerance: float
+    metrics: dict  # metric -> {"performance": x, "accuracy": y, "relative_delta": d}
+    passed: bool
+    reason: str = ""
+
+
+def accuracy_delta(score: Scorer | None, performance: Sequence[LoggedResponse], accuracy: Sequence[LoggedResponse],
+                   tolerance: float) -> AccuracyDelta:
+    """Score the sampled responses and the accuracy-mode responses of the same samples (one baseline entry per sampled
+    response, as MLPerf's create_accuracy_baseline.py builds it); each metric may differ by at most ``tolerance``
+    relative to the accuracy-mode value."""
+    if score is None:
+        return AccuracyDelta(tolerance, {}, False, "no task metric to fall back to for this model")
+    baseline = {}
+    for entry in accuracy:
+        baseline.setdefault(entry.qsl_idx, entry.data)
+    sampled = [(e.qsl_idx, e.data) for e in performance if e.qsl_idx in baseline]
+    if not sampled:
+        return AccuracyDelta(tolerance, {}, False, "no sampled response has an accuracy-mode counterpart")
+    try:
+        perf_metrics = score(sampled)
+        acc_metrics = score([(i, baseline[i]) for i, _ in sampled])
+    except Exception as exc:  # a response that cannot be decoded is not an answer of the model
+        return AccuracyDelta(tolerance, {}, False, f"the responses cannot be scored: {type(exc).__name__}: {exc}")
+    if not acc_metrics:
+        return AccuracyDelta(tolerance, {}, False, "the task has no metric to fall back to")
+    table, passed = {}, True
+    for name, reference in acc_metrics.items():
+        value = perf_metrics.get(name)
+        if value is None or not math.isfinite(value):
+            delta = math.inf
+        else:
+            delta = abs(value - reference) / max(abs(reference), 1e-12)
+        table[name] = {"performance": value, "accuracy": reference, "relative_delta": delta}
+        passed = passed and delta <= tolerance
+    reason = "" if passed else "task metric differs by more than {:.3g}%".format(tolerance * 100)
+    return AccuracyDelta(tolerance, table, passed, reason)
+
+
+@dataclass
+class Test01Result:
+    comparison: ResponseComparison
+    fallback: AccuracyDelta | None
+    performance: ScenarioResult
+    accuracy: ScenarioResult
+    sampling_target: int
+
+    @property
+    def value(self) -> float:
+        return self.comparison.fraction
+
+    @property
+    def units(self) -> str:
+        """The value's meaning; says when MLPerf's accuracy-delta rule decided the verdict."""
+        if self.fallback is None:
+            return "fraction byte-equal"
+        met = "met" if self.fallback.passed else "not met"
+        return f"fraction byte-equal; task metric within {self.fallback.tolerance:.3g} (rel.): {met}"
+
+    @property
+    def passed(self) -> bool:
+        if self.performance.sut_errors or self.accuracy.sut_errors or self.comparison.sampled == 0:
+            return False
+        if self.comparison.all_match:
+            return True
+        return self.fallback is not None and self.fallback.passed and not self.comparison.missing
+
+    def describe(self) -> str:
+        c = self.comparison
+        text = (f"TEST01: {c.matching}/{c.sampled} sampled performance-mode responses byte-equal to accuracy mode "
+                f"({c.fraction:.4g})")
+        if c.sampled == 0:
+            text += f"; LoadGen logged no response (sampling target {self.sampling_target}): nothing was audited"
+        if c.mismatched:
+            text += f"; differing qsl_idx {sorted(set(c.mismatched))[:10]}"
+        if c.missing:
+            text += f"; qsl_idx absent from the accuracy log {sorted(set(c.missing))[:10]}"
+        if self.fallback is not None and not c.all_match and c.sampled:
+            f = self.fallback
+            text += (f"; MLPerf fallback (task metric within {f.tolerance:.3g} relative): "
+                     f"{'met' if f.passed else 'NOT met'}" + (f" ({f.reason})" if f.reason else "")
+                     + "".join(f", {k} {v['performance']} vs {v['accuracy']}" for k, v in f.metrics.items()))
+        errors = self.performance.sut_errors + self.accuracy.sut_errors
+        if errors:
+            text += f"; the system under test raised: {errors[0]}"
+        return text + f"; logs {Path(self.performance.log_dir).parent}"
+
+    def details(self) -> dict:
+        c = self.comparison
+        out = {
+            "sampled_responses": c.sampled, "matching_responses": c.matching,
+            "mismatched_qsl_idx": sorted(set(c.mismatched)),
+            "missing_qsl_idx": sorted(set(c.missing)), "inconsistent_accuracy_qsl_idx": c.inconsistent_accuracy,
+            "sampling_target": self.sampling_target, "performance_log_dir": self.performance.log_dir,
+            "accuracy_log_dir": self.accuracy.log_dir, "accuracy_mode_samples": self.accuracy.completed,
+            "performance_result": {"metric": self.performance.metric, "value": self.performance.value,
+                                   "units": self.performance.units, "loadgen_valid": self.performance.valid},
+            "sut_errors": self.performance.sut_errors + self.accuracy.sut_errors,
+        }
+        if self.fallback is not None:
+            out["accuracy_fallback"] = {"tolerance": self.fallback.tolerance, "metrics": self.fallback.metrics,
+                                        "passed": self.fallback.passed, "reason": self.fallback.reason}
+        return out
+
+
+def run_test01(device: Device, settings: ScenarioSettings, log_dir: Path, *, sampling_target: int, rng_seed: int,
+               tolerance: float, score: Scorer | None = None, accuracy_device=None, **run_options) -> Test01Result:
+    """TEST01 of ``device`` in ``settings.scenario``: logs in ``log_dir/performance`` and ``log_dir/accuracy``.
+    ``accuracy_device`` (default ``device.fresh()``: it computes its answers again) serves the accuracy run; ``score`` is the
+    task metric for MLPerf's fallback, used only when some response differs."""
+    log_dir = Path(log_dir)
+    performance = run_scenario(device, AuditSettings.from_settings(
+        settings, accuracy_log_sampling_target=sampling_target, accuracy_log_rng_seed=rng_seed),
+        log_dir / "performance", **run_options)
+    accuracy = run_scenario(accuracy_device if accuracy_device is not None else device.fresh(),
+                            AuditSettings.from_settings(settings, mode="AccuracyOnly"), log_dir / "accuracy", **run_options)
+    sampled = read_accuracy_log(Path(performance.log_dir) / "mlperf_log_accuracy.json")
+    answers = read_accuracy_log(Path(accuracy.log_dir) / "mlperf_log_accuracy.json")
+    comparison = compare_responses(sampled, answers)
+    fallback = None
+    if comparison.sampled and not comparison.all_match:
+        fallback = accuracy_delta(score, sampled, answers, tolerance)
+    return Test01Result(comparison, fallback, performance, accuracy, sampling_target)
+
+
+# -- the suite's task metric for TEST01's fallback ------------------------------------------------------------------
+def task_scorer(model, samples: Samples) -> Scorer:
+    """Scores responses of ``model`` (as :class:`~conformance.hardware.devices.Samples` builds them: every output's rows of the sample,
+    float32, concatenated in name order) against the FP32 outputs of the same samples with the suite's task metrics;
+    for a model without one (conformer), the SNR and cosine of its primary output, which the suite gates as its task
+    metrics. ``samples`` is the sample set the device serves."""
+    def score(entries):
+        indices = [i for i, _ in entries]
+        inputs = samples.batch_inputs(indices)
+        reference = model(inputs, Ops())
+        rows = samples.workload.rows_per_sample
+        names = sorted(reference)
+        widths = [int(np.prod(reference[k].shape[1:], dtype=np.int64)) * rows for k in names]
+        decoded = {k: [] for k in names}
+        for _, data in entries:
+            flat = np.frombuffer(data, np.float32)
+            if flat.size != sum(widths):
+                raise ValueError(f"a response of {flat.size} float32 values; {model.name} answers {sum(widths)}")
+            for k, part in zip(names, np.split(flat, np.cumsum(widths)[:-1])):
+                decoded[k].append(part.reshape((rows,) + reference[k].shape[1:]))
+        hardware = {k: np.concatenate(v) for k, v in decoded.items()}
+        if TASK_METRICS.get(model.name):
+            return metrics.task_metrics(model.name, reference, hardware, inputs)
+        primary = metrics.PRIMARY_OUTPUT[model.name]
+        tensor = metrics.tensor_metrics(reference[primary], hardware[primary], f"{model.name} {primary}")
+        return {k: tensor[k] for k in ("snr_db", "cosine")}
+
+    return score

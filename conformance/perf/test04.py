@@ -1,0 +1,128 @@
+"""MLPerf's TEST04: a repeated sample is not served faster, no caching of results (see :mod:`conformance.perf.audits`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance.hardware.devices import Device
+from conformance.perf.audits import AuditSettings
+from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
+from conformance.targets.audit import AuditConfig
+
+
+def performance_score(result: ScenarioResult, early_stopping: bool = True) -> tuple[float | None, str]:
+    """MLPerf verify_performance.py's score of a run (higher is faster) and what it is: samples/s in Offline and
+    Server; 1e9 / the early-stopping latency estimate in ns in SingleStream (p90) and MultiStream (p99). A run of too
+    few queries for early stopping (64 at p90, 662 at p99) has no estimate; its plain percentile stands in (and
+    everywhere with ``early_stopping=False``)."""
+    details = result.details
+    if result.scenario == "Offline":
+        return _float(details.get("result_samples_per_second")), "samples/s"
+    if result.scenario == "Server":
+        return _float(details.get("result_completed_samples_per_sec")), "samples/s"
+    tail = "90.00" if result.scenario == "SingleStream" else "99.00"
+    estimate = details.get("early_stopping_latency_ss" if result.scenario == "SingleStream" else "early_stopping_latency_ms")
+    if estimate and early_stopping:
+        return 1e9 / float(estimate), f"1e9 / early-stopping p{tail[:2]} latency estimate (ns)"
+    latency = details.get(f"result_{tail}_percentile_latency_ns")
+    basis = f"1e9 / p{tail[:2]} latency (ns; too few queries for an early-stopping estimate)"
+    return (1e9 / float(latency) if latency else None), basis
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass
+class Test04Result:
+    reference: ScenarioResult
+    same_sample: ScenarioResult
+    reference_score: float | None
+    same_sample_score: float | None
+    limit: float
+    same_index: int
+    basis: str = ""  # what the scores are (performance_score)
+    notes: list = field(default_factory=list)
+    earlier_ratios: list = field(default_factory=list)  # pairs over the bound that were measured again
+
+    @property
+    def ratio(self) -> float | None:
+        """Same-sample score / reference score: above 1, the repeated sample is served faster."""
+        if not self.reference_score or self.same_sample_score is None:
+            return None
+        return self.same_sample_score / self.reference_score
+
+    @property
+    def passed(self) -> bool:
+        if self.reference.sut_errors or self.same_sample.sut_errors or self.ratio is None:
+            return False
+        return self.ratio <= self.limit
+
+    def describe(self) -> str:
+        ratio = "n/a" if self.ratio is None else f"{self.ratio:.4g}"
+        text = (f"TEST04: same-sample score / reference score = {ratio} (limit <= {self.limit:g}); scores "
+                f"[{self.basis}]: reference {self.reference_score}, one sample (loaded-set index {self.same_index}) "
+                f"repeated {self.same_sample_score}")
+        errors = self.reference.sut_errors + self.same_sample.sut_errors
+        if errors:
+            text += f"; the system under test raised: {errors[0]}"
+        return text + f"; logs {Path(self.reference.log_dir).parent}"
+
+    def details(self) -> dict:
+        return {
+            "reference_score": self.reference_score, "same_sample_score": self.same_sample_score, "limit": self.limit,
+            "performance_issue_same_index": self.same_index, "score": self.basis,
+            "reference_log_dir": self.reference.log_dir, "same_sample_log_dir": self.same_sample.log_dir,
+            "reference_loadgen_valid": self.reference.valid, "same_sample_loadgen_valid": self.same_sample.valid,
+            "reference_query_count": self.reference.query_count, "same_sample_query_count": self.same_sample.query_count,
+            "sut_errors": self.reference.sut_errors + self.same_sample.sut_errors, "notes": self.notes,
+            "earlier_ratios": self.earlier_ratios,
+        }
+
+
+def run_test04(device: Device, settings: ScenarioSettings, log_dir: Path, *, config: AuditConfig, warmup: bool = True,
+               **run_options) -> Test04Result:
+    """TEST04 of ``device`` in ``settings.scenario``: logs in ``log_dir/reference`` and ``log_dir/same_sample``.
+    ``warmup`` runs the reference once before it is measured (logs in ``log_dir/warmup``): the first LoadGen run of a
+    process is some 10% slower (threads and caches start cold), which would make the repeated sample look faster.
+    A pair of runs over the bound is measured again up to ``config.remeasure`` times (``log_dir/remeasure-<n>/``), as
+    an MLPerf submitter reruns a compliance test: the audit fails only when every pair does. A system that caches fails
+    every pair; host noise (a few ms of thread wake-up delay against sub-ms latencies) rarely fails twice."""
+    log_dir = Path(log_dir)
+    count = int(settings.performance_sample_count)
+    same_index = config.same_index % count
+    notes = []
+    if same_index != config.same_index:
+        notes.append(f"performance_issue_same_index {config.same_index} taken modulo the {count} loaded samples")
+    if warmup:
+        run_scenario(device, AuditSettings.from_settings(settings), log_dir / "warmup", **run_options)
+    earlier = []
+    for attempt in range(1 + config.remeasure):
+        where = log_dir if attempt == 0 else log_dir / f"remeasure-{attempt}"
+        reference = run_scenario(device, AuditSettings.from_settings(settings), where / "reference", **run_options)
+        # As many queries as the reference: LoadGen sizes a run from the expected latency, so a system that answers
+        # the repeated sample at once would finish after a few queries, and the early-stopping estimate of a few
+        # queries is their slowest one (the first, uncached), not their p90.
+        queries = settings.min_query_count
+        if settings.scenario != "Offline":
+            queries = max(queries, reference.query_count)
+        same = run_scenario(device, AuditSettings.from_settings(settings, issue_same_index=same_index,
+                                                                min_query_count=queries),
+                            where / "same_sample", **run_options)
+        (reference_score, basis), (same_score, same_basis) = performance_score(reference), performance_score(same)
+        if same_basis != basis:  # one run had an early-stopping estimate, the other not: compare like with like
+            (reference_score, basis), (same_score, _) = (performance_score(reference, early_stopping=False),
+                                                         performance_score(same, early_stopping=False))
+        limit = config.speedup_limit(settings.scenario, reference_score) if reference_score else config.max_speedup
+        result = Test04Result(reference, same, reference_score, same_score, limit, same_index, basis, list(notes))
+        if result.passed or result.ratio is None or attempt == config.remeasure:
+            break
+        earlier.append(result.ratio)
+    if limit != config.max_speedup:
+        result.notes.append(f"MLPerf's relaxed bound for short {settings.scenario} latencies (score <= "
+                            f"{config.short_latency_score[settings.scenario]:g}): {limit:g}")
+    if earlier:
+        result.notes.append(f"earlier pair(s) over the bound, measured again: ratios {[round(r, 4) for r in earlier]}")
+    result.earlier_ratios = earlier
+    return result

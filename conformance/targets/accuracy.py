@@ -1,0 +1,245 @@
+"""Accuracy gates as data: ``accuracy.toml`` says, per hardware, model and precision, which metrics gate and how.
+
+Each table ``[<hardware>.<model>.<precision>]`` holds one gate per metric, MLPerf style:
+
+- ``metric = { of = "fp32", ratio = 0.99, tier = 0.999 }``: the metric must reach ``ratio`` times the same metric of
+  precision ``of`` on the same inputs and labels ("fp32" is the reference itself); ``tier`` adds an informational
+  (non-gating) check at a stricter ratio, like MLPerf's 99.9% tier;
+- ``metric = { min = 30.0 }`` / ``{ max = ... }``: an absolute floor or ceiling (tensor-level SNR, cosine).
+
+The tables present for a hardware are its test matrix. Mistakes (unknown hardware, model, precision or metric, a gate
+without a threshold, unknown keys) are errors that name the file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from conformance.fileio import parse_toml
+from conformance.hardware import get_backend, hardware_names
+from conformance.targets import backend_files
+from models import MODEL_NAMES
+
+ACCURACY_FILE = Path(__file__).with_name("accuracy.toml")
+
+# The metrics the accuracy tests report, by the names the targets file gates them under: tensor metrics of every output
+# (the seed benchmark's five numbers, cosine and SNR), and each model's task metrics.
+TENSOR_METRICS = (
+    "mean_abs_diff",
+    "std_abs_diff",
+    "max_abs_diff",
+    "max_rel_diff",
+    "mean_rel_diff",
+    "cosine",
+    "snr_db",
+)
+TASK_METRICS = {
+    "resnet50": ("top1_agreement", "top5_agreement"),
+    "bert-base": ("exact_match", "f1"),
+    "albert": ("exact_match", "f1"),
+    "roformer": ("pairwise_order_agreement",),
+    "widedeep": ("accuracy", "auc"),
+    "conformer": (),  # no data set: tensor-level SNR and cosine of the encoder output are its task metrics
+}
+# Cases that are not one of the six models, with the metrics they report.
+EXTRA_CASES = {
+    "minilm": ("embedding_cosine", "min_embedding_cosine", "retrieval_agreement"),
+}
+GATE_KEYS = {"of", "ratio", "tier", "min", "max"}
+
+
+class TargetsError(ValueError):
+    """A mistake in the targets file; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One check: ``metric op target`` where target is ``ratio * metric(of)`` or an absolute bound."""
+
+    hardware: str
+    model: str
+    precision: str
+    metric: str
+    op: str  # ">=" or "<="
+    of: str | None  # the precision whose metric a ratio applies to ("fp32" = the reference); None for absolute bounds
+    ratio: float | None
+    bound: float | None
+    gating: bool
+    line: int
+
+    @property
+    def check(self) -> str:
+        """The check's name in the report: the metric, with the ratio for relative gates (``f1@0.99xfp32``)."""
+        if self.of is None:
+            return self.metric
+        return f"{self.metric}@{self.ratio:g}x{self.of}"
+
+    def target(self, reference_value: float | None = None) -> float:
+        """The threshold: the absolute bound, or ``ratio * reference_value`` (the metric at precision ``of``)."""
+        if self.of is None:
+            return float(self.bound)
+        if reference_value is None:
+            raise ValueError(f"gate {self.check} of {self.model}-{self.precision} needs the {self.of} value of {self.metric}")
+        return float(self.ratio) * float(reference_value)
+
+    def describe(self) -> str:
+        rhs = f"{self.bound:g}" if self.of is None else f"{self.ratio:g} x {self.metric}({self.of})"
+        return f"{self.metric} {self.op} {rhs}" + ("" if self.gating else " (reported, not gating)")
+
+
+_HEADER = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
+_KEY = re.compile(r'^\s*("[^"]*"|[A-Za-z0-9_.-]+)\s*=')
+
+
+def _split_dotted(text: str) -> tuple[str, ...]:
+    parts = re.findall(r'"([^"]*)"|([^.\s]+)', text.strip())
+    return tuple(q or b for q, b in parts)
+
+
+def _line_index(text: str) -> dict[tuple, int]:
+    """Line numbers of table headers ``(hw, model, precision)`` and keys ``(hw, model, precision, metric)``."""
+    index: dict[tuple, int] = {}
+    table: tuple[str, ...] = ()
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            table = _split_dotted(header.group(1))
+            for n in range(1, len(table) + 1):  # implicit parent tables: the first header that names them
+                index.setdefault(table[:n], number)
+            continue
+        key = _KEY.match(line)
+        if key and table:
+            index.setdefault(table + (key.group(1).strip('"'),), number)
+    return index
+
+
+def _hardware_precisions(hardware: str) -> tuple[str, ...]:
+    if hardware not in hardware_names():
+        return ()
+    return tuple(get_backend(hardware).precisions)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_targets(text: str, path: Path | str = "<targets>") -> list[Gate]:
+    """All gates in a targets document; TargetsError naming ``path:line`` on the first mistake."""
+    try:
+        data = parse_toml(text, path)
+    except ValueError as exc:
+        raise TargetsError(str(exc)) from None
+    lines = _line_index(text)
+
+    def where(*key) -> str:
+        for n in range(len(key), 0, -1):
+            if key[:n] in lines:
+                return f"{path}:{lines[key[:n]]}"
+        return str(path)
+
+    cases = {**{m: TASK_METRICS[m] for m in MODEL_NAMES}, **EXTRA_CASES}
+    gates: list[Gate] = []
+    for hardware, per_model in data.items():
+        precisions = _hardware_precisions(hardware)
+        if not precisions:
+            raise TargetsError(f"{where(hardware)}: unknown hardware {hardware!r}; expected one of: {', '.join(hardware_names())}")
+        if not isinstance(per_model, dict):
+            raise TargetsError(f"{where(hardware)}: [{hardware}] must hold tables [{hardware}.<model>.<precision>]")
+        for model, per_precision in per_model.items():
+            if model not in cases:
+                raise TargetsError(f"{where(hardware, model)}: unknown model {model!r}; expected one of: {', '.join(cases)}")
+            if not isinstance(per_precision, dict):
+                raise TargetsError(f"{where(hardware, model)}: {hardware}.{model} must hold tables per precision")
+            allowed = tuple(cases[model]) + TENSOR_METRICS
+            for precision, metrics in per_precision.items():
+                here = (hardware, model, precision)
+                if precision not in precisions:
+                    raise TargetsError(f"{where(*here)}: unknown precision {precision!r} for hardware {hardware!r}; "
+                                       f"expected one of: {', '.join(precisions)}")
+                if not isinstance(metrics, dict) or not metrics:
+                    raise TargetsError(f"{where(*here)}: [{'.'.join(here)}] has no gates")
+                for metric, spec in metrics.items():
+                    at = where(*here, metric)
+                    if metric not in allowed:
+                        raise TargetsError(f"{at}: unknown metric {metric!r} for {model}; expected one of: {', '.join(allowed)}")
+                    gates.extend(_gates(spec, at, hardware, model, precision, metric, precisions, lines.get(here + (metric,), 0)))
+    return gates
+
+
+def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> list[Gate]:
+    if not isinstance(spec, dict):
+        raise TargetsError(f"{at}: {metric} must be an inline table such as {{ of = \"fp32\", ratio = 0.99 }} or {{ min = 30.0 }}")
+    unknown = sorted(set(spec) - GATE_KEYS)
+    if unknown:
+        raise TargetsError(f"{at}: {metric} has unknown key(s) {unknown}; valid: {', '.join(sorted(GATE_KEYS))}")
+    kinds = [k for k in ("ratio", "min", "max") if k in spec]
+    if not kinds:
+        raise TargetsError(f"{at}: {metric} has no threshold: give ratio (with of), min or max")
+    if len(kinds) > 1:
+        raise TargetsError(f"{at}: {metric} has more than one threshold ({', '.join(kinds)}); give exactly one")
+    for key in ("ratio", "tier", "min", "max"):
+        if key in spec and not _number(spec[key]):
+            raise TargetsError(f"{at}: {metric}.{key} = {spec[key]!r} is not a number")
+    base = dict(hardware=hardware, model=model, precision=precision, metric=metric, line=line)
+    if "ratio" in spec:
+        of = spec.get("of")
+        if of is None:
+            raise TargetsError(f"{at}: {metric} has a ratio but no 'of' (the precision it is relative to, e.g. \"fp32\")")
+        if of != "fp32" and of not in precisions or of == precision:
+            valid = ["fp32"] + [p for p in precisions if p not in ("fp32", precision)]
+            raise TargetsError(f"{at}: {metric}.of = {of!r}; expected one of: {', '.join(valid)}")
+        if not 0 < spec["ratio"] <= 1.5:
+            raise TargetsError(f"{at}: {metric}.ratio = {spec['ratio']!r} is outside (0, 1.5]")
+        out = [Gate(op=">=", of=of, ratio=float(spec["ratio"]), bound=None, gating=True, **base)]
+        if "tier" in spec:
+            out.append(Gate(op=">=", of=of, ratio=float(spec["tier"]), bound=None, gating=False, **base))
+        return out
+    for key in ("of", "tier"):
+        if key in spec:
+            raise TargetsError(f"{at}: {metric}.{key} only goes with a ratio threshold")
+    if "min" in spec:
+        return [Gate(op=">=", of=None, ratio=None, bound=float(spec["min"]), gating=True, **base)]
+    return [Gate(op="<=", of=None, ratio=None, bound=float(spec["max"]), gating=True, **base)]
+
+
+def _read_targets(path: Path) -> list[Gate]:
+    path = Path(path)
+    if not path.is_file():
+        raise TargetsError(f"targets file {str(path)!r} does not exist")
+    return parse_targets(path.read_text(), path)
+
+
+@lru_cache(maxsize=None)
+def load_targets(path: Path = ACCURACY_FILE) -> tuple[Gate, ...]:
+    """The gates in ``path``; with the suite's own file, also those that backends ship for their names."""
+    gates = _read_targets(path)
+    if Path(path) == ACCURACY_FILE:
+        for hardware, extra in backend_files(ACCURACY_FILE.name):
+            found = _read_targets(extra)
+            other = sorted({g.hardware for g in found} - {hardware})
+            if other:
+                raise TargetsError(f"{extra}: the {hardware!r} backend's targets may only hold [{hardware}.*] tables, "
+                                   f"not {other}")
+            gates.extend(found)
+    return tuple(gates)
+
+
+def gates_for(hardware: str, model: str, precision: str, path: Path = ACCURACY_FILE) -> list[Gate]:
+    return [g for g in load_targets(path) if (g.hardware, g.model, g.precision) == (hardware, model, precision)]
+
+
+def matrix(hardware: str, models, precisions=None, path: Path = ACCURACY_FILE) -> list[tuple[str, str]]:
+    """The (model, precision) pairs with gates for ``hardware``, in the order of ``models`` then the file's order."""
+    pairs = list(dict.fromkeys((g.model, g.precision) for g in load_targets(path) if g.hardware == hardware))
+    chosen = [(m, p) for model in models for (m, p) in pairs if m == model]
+    if precisions is not None:
+        chosen = [(m, p) for (m, p) in chosen if p in precisions]
+    return chosen
+
+
+def reference_precisions(gates) -> set[str]:
+    """The precisions other than fp32 whose metrics ``gates`` need (fp8 gates relative to fp16)."""
+    return {g.of for g in gates if g.of not in (None, "fp32")}

@@ -1,0 +1,128 @@
+"""A hardware backend from another distribution: registered in the entry-point group ``ipu_conformance.hardware``,
+pip-installed, it becomes a ``--hardware`` choice and the real suite judges it with the targets it ships."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conformance.hardware import ENTRY_POINT_GROUP
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "halfmatmul"
+
+PYPROJECT = f"""
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "halfmatmul-backend"
+version = "0.1"
+
+[project.entry-points."{ENTRY_POINT_GROUP}"]
+{NAME} = "halfmatmul_backend:HalfMatmulBackend"
+
+[tool.setuptools]
+packages = ["halfmatmul_backend"]
+
+[tool.setuptools.package-data]
+halfmatmul_backend = ["targets/*.toml"]
+"""
+
+BACKEND = f'''
+"""A vendor's device whose matrix units round their results to float16; everything else is FP32."""
+from pathlib import Path
+
+import numpy as np
+
+from conformance.hardware.base import Backend, Prepared
+from conformance.hardware.devices import ExecutingDevice, Samples
+from models.ops import Ops
+
+
+class HalfMatmulOps(Ops):
+    def linear(self, x, weight, bias=None, *, name):
+        return super().linear(x, weight, bias, name=name).astype(np.float16).astype(np.float32)
+
+
+class HalfMatmulBackend(Backend):
+    name = "{NAME}"
+    description = "matrix units with float16 results"
+    precisions = ("fp16",)
+    targets_dir = Path(__file__).with_name("targets")
+
+    def prepare(self, model, precision, calibration_inputs=None, *, batch_size=4, case=None):
+        self.check_precision(precision)
+        return Prepared(model, precision, lambda recorder=None: HalfMatmulOps(recorder=recorder))
+
+    def loadgen_device(self, model, precision, workload):
+        samples, ops = Samples(model, workload), HalfMatmulOps()
+        device = ExecutingDevice(lambda indices: samples.responses(model(samples.batch_inputs(indices), ops), len(indices)))
+        device.samples = samples
+        return device
+'''
+
+ACCURACY = f"""
+[{NAME}.widedeep.fp16]
+auc = {{ of = "fp32", ratio = 0.99 }}
+snr_db = {{ min = 30.0 }}
+"""
+
+PERFORMANCE = f"""
+[targets.widedeep.{NAME}.fp16]
+Offline = 1
+SingleStream = 5000
+
+[max_batch]
+widedeep = 1
+""" + "".join(f"""
+[profiles.{profile}]
+min_query_count = {{ SingleStream = 4, MultiStream = 1, Server = 4, Offline = 1 }}
+""" for profile in ("smoke", "default", "full"))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The distribution, pip-installed into a directory of its own (the test's environment stays as it was)."""
+    root = tmp_path_factory.mktemp("plugin")
+    source = root / "source"
+    (source / "halfmatmul_backend" / "targets").mkdir(parents=True)
+    (source / "pyproject.toml").write_text(PYPROJECT)
+    (source / "halfmatmul_backend" / "__init__.py").write_text(textwrap.dedent(BACKEND))
+    (source / "halfmatmul_backend" / "targets" / "accuracy.toml").write_text(ACCURACY)
+    (source / "halfmatmul_backend" / "targets" / "performance.toml").write_text(PERFORMANCE)
+    site = root / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
+                    "--target", str(site), str(source)], check=True)
+    return site
+
+
+def _pytest(site: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=REPO, env=env, capture_output=True, text=True)
+
+
+def test_the_installed_backend_is_a_hardware_choice(installed):
+    result = _pytest(installed, "--help")
+    assert result.returncode == 0 and NAME in result.stdout
+
+
+def test_the_suite_judges_the_installed_backend(installed, tmp_path):
+    result = _pytest(installed, "conformance/", "--hardware", NAME, "--model", "widedeep", "--profile", "smoke",
+                     "--report-dir", str(tmp_path), "-p", "no:randomly")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["hardware"]["name"] == NAME and results["verdict"] == "PASS"
+    outcomes = {t["id"].split("::")[-1]: t["outcome"] for t in results["tests"]}
+    for test in ("test_accuracy[widedeep-fp16]", "test_performance[widedeep-fp16-Offline]",
+                 "test_performance[widedeep-fp16-SingleStream]", "test_audit[widedeep-fp16-Offline-TEST01]"):
+        assert outcomes[test] == "passed", outcomes
+    checks = {(r["kind"], r["check"]) for r in results["records"]}
+    assert {("accuracy", "auc@0.99xfp32"), ("accuracy", "snr_db"), ("performance", "samples_per_second")} <= checks

