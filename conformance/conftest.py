@@ -20,7 +20,7 @@ def settings(pytestconfig) -> RunSettings:
 
 @pytest.fixture(scope="session")
 def backend(settings) -> Backend:
-    return get_backend(settings.hardware)
+    return get_backend(settings.hardware, settings.device)
 
 
 class ModelStore:

@@ -14,6 +14,7 @@ from conformance.report import xfails
 from conformance.report.session import ReportSession
 from conformance.report.shard import parse_shard
 from conformance.settings import RunSettings
+from conformance.targets.performance import PERFORMANCE_FILE, load_performance_targets
 from conformance.targets.profiles import PROFILE_NAMES
 from models import MODEL_NAMES, canonical_name
 
@@ -60,6 +61,32 @@ def selected_precisions(config: pytest.Config) -> tuple[str, ...]:
             f"expected one or more of: {', '.join(valid)}"
         )
     return tuple(dict.fromkeys(chosen)) if chosen else tuple(valid)
+
+
+def check_targets_runnable(settings: RunSettings) -> None:
+    """Every performance target of the run is one the backend can run: a target it cannot (a scenario it does not
+    support) is a mistake in the targets, a usage error before any test runs."""
+    backend = get_backend(settings.hardware)
+    try:
+        targets = load_performance_targets().for_hardware(settings.hardware, settings.precisions, settings.models)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for target in targets:
+        reason = backend.scenario_support(target.model, target.precision, target.scenario)
+        if reason:
+            raise pytest.UsageError(f"performance target {target.test_id} of hardware {settings.hardware!r} cannot run: "
+                                    f"{reason} (targets: {PERFORMANCE_FILE.name} of the suite or of the backend)")
+
+
+def selected_device(config: pytest.Config) -> str | None:
+    """``--device``, checked against the hardware's simulated chips (a usage error listing them otherwise)."""
+    chip = config.getoption("device")
+    if chip is not None:
+        try:
+            get_backend(config.getoption("hardware"), chip)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return chip
 
 
 def progress_line(config: pytest.Config, message: str) -> None:
@@ -129,6 +156,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run only the I-th of N deterministic shares of the tests, e.g. 2/4 (default: all tests)",
     )
     group.addoption(
+        "--device",
+        type=str.lower,
+        default=None,
+        metavar="CHIP",
+        help="the simulated chip whose timing model the performance tests use, e.g. c600, gc200, bow on ipu "
+        "(default: the hardware's first, c600)",
+    )
+    group.addoption(
+        "--real-time-loadgen",
+        action="store_true",
+        default=False,
+        help="run a simulated device's scenarios under the real LoadGen on the host's clock instead of on virtual time "
+        "(a cross-check: latencies then include the host's scheduling)",
+    )
+    group.addoption(
         "--xfail-file",
         type=Path,
         default=None,
@@ -151,7 +193,10 @@ def pytest_configure(config: pytest.Config) -> None:
         baseline=config.getoption("baseline"),
         shard=config.getoption("shard"),
         xfail_file=Path(config.getoption("xfail_file") or xfails.xfail_file(hardware)),
+        device=selected_device(config),
+        real_time_loadgen=config.getoption("real_time_loadgen"),
     )
+    check_targets_runnable(config.stash[SETTINGS_KEY])
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
     config.stash[REPORT_KEY] = ReportSession(config, config.stash[SETTINGS_KEY])
     config.pluginmanager.register(config.stash[REPORT_KEY], "conformance-report")

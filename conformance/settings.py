@@ -20,6 +20,8 @@ class RunSettings:
     baseline: Path | None = None  # --baseline
     shard: Shard | None = None  # --shard
     xfail_file: Path | None = None  # --xfail-file, or the hardware's own file
+    device: str | None = None  # --device: the simulated chip (None: the hardware's default)
+    real_time_loadgen: bool = False  # --real-time-loadgen
 
     @property
     def profile_data(self) -> Profile:

@@ -63,18 +63,20 @@ def test_audit(audit_case, settings, backend, model_store, record_check, accurac
     reason = backend.audit_support(target.model, target.precision, case.audit)
     if reason:
         pytest.skip(reason)
-    plan = plan_target(target, settings.profile, backend, model_store.get(target.model))
+    plan = plan_target(target, settings.profile, backend, model_store.get(target.model), real_time=True)
     if settings.report_dir is not None:
         log_dir = Path(settings.report_dir) / "loadgen" / case.test_id
     else:
         log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{case.test_id}-"))
-    common = {"hardware": target.hardware, "profile": settings.profile, "log_dir": str(log_dir)}
+    common = {"hardware": target.hardware, "profile": settings.profile, "log_dir": str(log_dir),
+              "timing": backend.timing, "timing_model": backend.timing_model()}
     if case.audit == "TEST01":
         twin = accuracy_devices.setdefault(id(plan.device), (plan.device, plan.device.fresh()))[1]
         samples = plan.device.samples
         result = run_test01(
             plan.device, plan.settings, log_dir, sampling_target=settings.profile_data.audit.sampling_target,
             rng_seed=config.accuracy_log_rng_seed, tolerance=config.accuracy_delta, accuracy_device=twin,
+            compare_performance=backend.timing == "measured", performance_tolerance=config.performance_delta,
             score=task_scorer(samples.model, samples) if samples is not None else None, **plan.run_options)
         record = record_check(kind="audit", model=target.model, precision=target.precision, check="TEST01",
                               value=result.value, target=1.0, op=">=", units=result.units,

@@ -12,7 +12,7 @@ import pytest
 from conformance.accuracy import metrics
 from conformance.hardware.devices import Samples, ServiceTimeDevice, Workload, response_bytes
 from conformance.perf import audits, test01, test04
-from conformance.perf.harness import ScenarioSettings, run_scenario
+from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
 from conformance.targets import audit as audit_targets
 from conformance.targets.performance import PerformanceTarget
 from conformance.targets.profiles import load_profiles
@@ -275,3 +275,23 @@ def test_test04_score_without_an_early_stopping_estimate_is_the_percentile(tmp_p
     assert "too few queries" in result.basis and result.ratio is not None, result.describe()
     p90_ns = result.reference.details["result_90.00_percentile_latency_ns"]
     assert result.reference_score == pytest.approx(1e9 / p90_ns)
+
+
+def _run(scenario: str, value: float, valid: bool = True) -> ScenarioResult:
+    key = {"Offline": "result_samples_per_second", "SingleStream": "early_stopping_latency_ss"}[scenario]
+    return ScenarioResult(scenario, valid, "m", value, "u", {}, "", False, "/tmp/x", details={key: value})
+
+
+@pytest.mark.parametrize("scenario, logged, plain, valid, passed", [
+    ("Offline", 100.0, 100.0, True, True),
+    ("Offline", 95.0, 100.0, True, True),
+    ("Offline", 80.0, 100.0, True, False),  # logging costs 20% of the throughput
+    ("SingleStream", 1.3e6, 1.0e6, True, False),  # 30% more latency with logging
+    ("Offline", 80.0, 100.0, False, True),  # too short for LoadGen to call VALID: reported, not gated
+])
+def test_test01_performance_half(scenario, logged, plain, valid, passed):
+    comparison = test01.compare_responses([test01.LoggedResponse(0, 1, b"x")], [test01.LoggedResponse(0, 1, b"x")])
+    result = test01.Test01Result(comparison, None, _run(scenario, logged, valid), _run(scenario, 1.0), 16,
+                                 _run(scenario, plain, valid), 0.10)
+    assert result.performance_gated == valid and result.passed == passed, result.describe()
+    assert "performance with accuracy logging / without" in result.describe()

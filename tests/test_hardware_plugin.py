@@ -16,6 +16,7 @@ from conformance.hardware import ENTRY_POINT_GROUP
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "halfmatmul"
+OFFLINE_ONLY = "halfmatmul-offline"
 
 PYPROJECT = f"""
 [build-system]
@@ -28,12 +29,13 @@ version = "0.1"
 
 [project.entry-points."{ENTRY_POINT_GROUP}"]
 {NAME} = "halfmatmul_backend:HalfMatmulBackend"
+{OFFLINE_ONLY} = "halfmatmul_backend:OfflineOnlyBackend"
 
 [tool.setuptools]
 packages = ["halfmatmul_backend"]
 
 [tool.setuptools.package-data]
-halfmatmul_backend = ["targets/*.toml"]
+halfmatmul_backend = ["targets/*.toml", "offline_only/*.toml"]
 """
 
 BACKEND = f'''
@@ -67,6 +69,12 @@ class HalfMatmulBackend(Backend):
         device = ExecutingDevice(lambda indices: samples.responses(model(samples.batch_inputs(indices), ops), len(indices)))
         device.samples = samples
         return device
+
+
+class OfflineOnlyBackend(HalfMatmulBackend):
+    name = "{OFFLINE_ONLY}"
+    scenarios = ("Offline",)
+    targets_dir = Path(__file__).with_name("offline_only")
 '''
 
 ACCURACY = f"""
@@ -98,6 +106,9 @@ def installed(tmp_path_factory) -> Path:
     (source / "halfmatmul_backend" / "__init__.py").write_text(textwrap.dedent(BACKEND))
     (source / "halfmatmul_backend" / "targets" / "accuracy.toml").write_text(ACCURACY)
     (source / "halfmatmul_backend" / "targets" / "performance.toml").write_text(PERFORMANCE)
+    (source / "halfmatmul_backend" / "offline_only").mkdir()
+    (source / "halfmatmul_backend" / "offline_only" / "accuracy.toml").write_text(ACCURACY.replace(NAME, OFFLINE_ONLY))
+    (source / "halfmatmul_backend" / "offline_only" / "performance.toml").write_text(PERFORMANCE.replace(NAME, OFFLINE_ONLY))
     site = root / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
                     "--target", str(site), str(source)], check=True)
@@ -126,3 +137,10 @@ def test_the_suite_judges_the_installed_backend(installed, tmp_path):
         assert outcomes[test] == "passed", outcomes
     checks = {(r["kind"], r["check"]) for r in results["records"]}
     assert {("accuracy", "auc@0.99xfp32"), ("accuracy", "snr_db"), ("performance", "samples_per_second")} <= checks
+
+
+def test_a_target_the_backend_cannot_run_is_a_usage_error_before_any_test(installed):
+    result = _pytest(installed, "conformance/", "--hardware", OFFLINE_ONLY, "--model", "widedeep", "--profile", "smoke")
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    err = result.stderr + result.stdout
+    assert "widedeep-fp16-SingleStream" in err and "does not run the SingleStream scenario" in err

@@ -73,7 +73,7 @@ def test_model_without_fp8_settings_is_an_unsupported_combination(tmp_path):
     path = tmp_path / "precisions.toml"
     path.write_text('[precisions.fp16]\nstorage = "f16"\npartials = "float"\nfp8 = "none"\n'
                     '[precisions.fp8]\nstorage = "f16"\npartials = "half"\nfp8 = "all"\n')
-    backend = IpuBackend(path)
+    backend = IpuBackend(precisions_file=path)
     assert backend.accuracy_support("widedeep", "fp16") is None
     assert "widedeep at fp8: no FP8 settings" in backend.accuracy_support("widedeep", "fp8")
     with pytest.raises(UnsupportedCombination, match="widedeep at fp8: no FP8 settings"):

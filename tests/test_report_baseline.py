@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.report import baseline
+from conformance.report.collect import assign_ids
 from conformance.targets import regression
 
 SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
@@ -48,13 +49,99 @@ def test_injected_regression_is_listed(sample, tolerances, record_id, factor):
     assert record_id in found[0].message and ("dropped" in found[0].message or "rose" in found[0].message)
 
 
+def strip_timing(records):
+    """The records as a results file written before performance records said how they were obtained."""
+    for record in records:
+        for key in ("timing", "timing_model", "clock"):
+            record["details"].pop(key, None)
+    return records
+
+
+def set_timing(records, timing, clock):
+    for record in records:
+        if record["kind"] in ("performance", "audit"):
+            record["details"].update(timing=timing, clock=clock)
+    return records
+
+
 def test_changes_within_tolerance_and_improvements_pass(sample, tolerances):
+    strip_timing(sample["records"])
     current = copy.deepcopy(sample["records"])
     perf = tolerances["performance"]["rel"]
     find(current, "performance/resnet50/fp8/Offline/samples_per_s")["value"] *= 1 - perf / 2
     find(current, "performance/resnet50/fp8/Server/p99_latency_ms")["value"] *= 0.5  # faster is never a regression
     find(current, "accuracy/bert-base/fp8/-/f1_ratio")["value"] *= 1.01
     assert baseline.compare(current, sample["records"], tolerances, "ipu") == []
+
+
+OFFLINE = "performance/resnet50/fp8/Offline/samples_per_s"
+SERVER_LATENCY = "performance/resnet50/fp8/Server/p99_latency_ms"
+
+
+@pytest.mark.parametrize("record_id, factor", [(OFFLINE, 0.999), (SERVER_LATENCY, 1.001)])
+def test_simulated_figure_is_exact_measured_keeps_its_tolerance(sample, tolerances, record_id, factor):
+    """0.1% worse: a regression for a simulated figure on virtual time, within the tolerance of a measured one."""
+    simulated = set_timing(copy.deepcopy(sample["records"]), "simulated", "virtual")
+    current = copy.deepcopy(simulated)
+    find(current, record_id)["value"] *= factor
+    [found] = baseline.compare(current, simulated, tolerances, "ipu")
+    assert found.id == record_id and "[performance.timing.simulated]" in found.message
+    assert found.allowed == pytest.approx(1e-9 * abs(find(simulated, record_id)["value"]))
+
+    for hardware in ("cpu", "null"):
+        measured = set_timing(copy.deepcopy(sample["records"]), "measured", "real")
+        current = copy.deepcopy(measured)
+        find(current, record_id)["value"] *= factor
+        assert baseline.compare(current, measured, tolerances, hardware) == []
+        find(current, record_id)["value"] = find(measured, record_id)["value"] * (0.3 if factor < 1 else 3)
+        assert [r.id for r in baseline.compare(current, measured, tolerances, hardware)] == [record_id]
+
+
+def test_float_noise_of_a_simulated_figure_passes(sample, tolerances):
+    simulated = set_timing(copy.deepcopy(sample["records"]), "simulated", "virtual")
+    current = copy.deepcopy(simulated)
+    find(current, OFFLINE)["value"] *= 1 - 1e-12
+    assert baseline.compare(current, simulated, tolerances, "ipu") == []
+
+
+@pytest.mark.parametrize("old_timing, old_clock", [(None, None), ("simulated", "real"), ("measured", "real")])
+def test_exact_rule_needs_simulated_virtual_figures_on_both_sides(sample, tolerances, old_timing, old_clock):
+    """A baseline written before records said how they were obtained, or obtained another way (a real-clock
+    cross-check), is compared with the tolerance of the kind and hardware (5% for ipu performance)."""
+    old = copy.deepcopy(sample["records"])
+    if old_timing is None:
+        strip_timing(old)
+    else:
+        set_timing(old, old_timing, old_clock)
+    current = set_timing(copy.deepcopy(sample["records"]), "simulated", "virtual")
+    find(current, OFFLINE)["value"] *= 0.99
+    assert baseline.compare(current, old, tolerances, "ipu") == []
+    both_real = set_timing(copy.deepcopy(sample["records"]), "simulated", "real")
+    current = copy.deepcopy(both_real)
+    find(current, OFFLINE)["value"] *= 0.99
+    assert baseline.compare(current, both_real, tolerances, "ipu") == []
+
+
+def test_per_test_comparison_matches_the_runs_ids(sample, tolerances):
+    """compare_test gets one test's records without ids, as record_check made them; repeated ids line up by test."""
+    records = [{k: v for k, v in r.items() if k not in ("id", "outcome")} for r in sample["records"]
+               if r["test_id"].endswith("test_performance[resnet50-fp8-Server]")]
+    assert len(records) == 2
+    assert baseline.compare_test(records, sample["records"], tolerances, "ipu") == []
+    worse = copy.deepcopy(records)
+    next(r for r in worse if r["check"] == "p99_latency_ms")["value"] *= 1.001
+    [found] = baseline.compare_test(worse, sample["records"], tolerances, "ipu")
+    assert found.id == SERVER_LATENCY and found.test_id == records[0]["test_id"]
+
+    # the same check recorded by two tests: each is matched with its own test's baseline record
+    twice = copy.deepcopy(sample["records"])
+    other = {**copy.deepcopy(find(twice, SERVER_LATENCY)), "test_id": "a/test_first.py::test_other", "value": 1.0}
+    twice = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in twice + [other]])
+    assert {r["id"] for r in twice} >= {SERVER_LATENCY, SERVER_LATENCY + "#2"}
+    assert baseline.compare_test(records, twice, tolerances, "ipu") == []
+    [found] = baseline.compare_test(worse, twice, tolerances, "ipu")
+    assert found.id == SERVER_LATENCY + "#2"  # the other test sorts first and holds the plain id
+    assert found.baseline == find(sample["records"], SERVER_LATENCY)["value"]
 
 
 def test_informational_and_missing_records_are_not_compared(sample, tolerances):
@@ -77,6 +164,34 @@ def test_tolerance_overrides(tolerances):
     cpu = regression.tolerance_for(tolerances, "performance", "samples_per_s", "cpu")
     assert cpu.rel == tolerances["performance"]["hardware"]["cpu"]["rel"]
     assert regression.tolerance_for(tolerances, "reference", "max_rel_error", "cpu") is None
+    performance = tolerances["performance"]
+    simulated = regression.tolerance_for(tolerances, "performance", "samples_per_s", "ipu", "simulated", "virtual")
+    assert (simulated.rel, simulated.abs) == (performance["timing"]["simulated"]["rel"], 0.0) and simulated.rel <= 1e-9
+    assert simulated.source == "[performance], [performance.timing.simulated]"
+    measured = regression.tolerance_for(tolerances, "performance", "samples_per_s", "cpu", "measured", "real")
+    assert measured.rel == performance["hardware"]["cpu"]["rel"]  # measured figures keep their tolerance
+    cross_check = regression.tolerance_for(tolerances, "performance", "samples_per_s", "ipu", "simulated", "real")
+    assert cross_check.rel == performance["timing"]["simulated"]["clock"]["real"]["rel"] == performance["rel"]
+    assert cross_check.source.endswith("[performance.timing.simulated.clock.real]")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[accuracy]\nrel = -1\n", r"\[accuracy\].rel must be a number >= 0"),
+        ("[performance]\nrel = 0.05\n[performance.timing.simulted]\nrel = 0.0\n",
+         r"\[performance.timing.simulted\]: unknown timing 'simulted'; expected one of: measured, simulated"),
+        ("[performance]\nrel = 0.05\n[performance.timing]\nsimulated = 1\n",
+         r"\[performance.timing.simulated\] must be a table"),
+        ("[performance]\nrel = 0.05\n[performance.timing.simulated.clock.real]\nrel = true\n",
+         r"\[performance.timing.simulated.clock.real\].rel must be a number >= 0"),
+    ],
+)
+def test_bad_tolerance_entries_are_named(tmp_path, text, message):
+    path = tmp_path / "regression.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"regression.toml: " + message):
+        regression.load_tolerances(path)
 
 
 def test_bad_tolerance_file_is_named(tmp_path):

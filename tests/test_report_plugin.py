@@ -4,6 +4,7 @@ bad input refused before any test runs, xfail strictness and staleness, shards, 
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree
 
 import pytest
 
@@ -43,13 +44,18 @@ def test_accuracy(model, precision, record_check, request):
 def test_performance(scenario, record_check, request):
     mark_ran(request)
     qps = VALUES["qps"][scenario]
+    details = {"result_valid": True, **VALUES["details"].get(scenario, {})}
     rec = record_check(kind="performance", model="resnet50", precision="fp8", scenario=scenario, check="samples_per_s",
-                       value=qps, target=100.0, op=">=", units="samples/s", details={"result_valid": True})
+                       value=qps, target=100.0, op=">=", units="samples/s", details=details)
     assert rec.passed
 """
 
 VALUES = {"snr": {"bert-base-fp16": 45.0, "bert-base-fp8": 30.0, "resnet50-fp8": 25.0},
-          "qps": {"Offline": 500.0, "Server": 400.0}}
+          "qps": {"Offline": 500.0, "Server": 400.0},
+          "details": {}}  # scenario -> extra details of its record
+SIMULATED = {"timing": "simulated", "clock": "virtual",
+             "timing_model": {"chip": "c600", "chip_description": "Graphcore C600 PCIe card", "calibration": "1a2b3c4d5e6f"}}
+MEASURED = {"timing": "measured", "clock": "real", "timing_model": None}
 
 
 @pytest.fixture
@@ -96,7 +102,7 @@ def test_report_written_and_regression_fails_the_run(suite):
     # still above the targets, so only the baseline can fail the run; the drop exceeds even cpu's loose timing tolerance
     set_values(suite, qps={"Offline": 200.0}, snr={"bert-base-fp8": 25.0})
     worse = suite.runpytest("--report-dir", str(suite.path / "worse"), "--baseline", str(first / "results.json"))
-    worse.assert_outcomes(passed=5)
+    worse.assert_outcomes(passed=3, failed=2)  # the two tests whose figures regressed
     assert worse.ret == 1, "a regression against the baseline fails the run"
     worse.stdout.fnmatch_lines([
         "REGRESSION accuracy/bert-base/fp8/-/snr_db: dropped from 30 to 25 dB*",
@@ -105,6 +111,56 @@ def test_report_written_and_regression_fails_the_run(suite):
     report = load(suite.path / "worse" / "results.json")
     assert report["verdict"] == "FAIL" and report["exit_status"] == 1 and len(report["regressions"]) == 2
     assert "Regressions against the baseline" in (suite.path / "worse" / "compliance.md").read_text()
+    failed = {t["id"].split("::")[-1]: t["message"] for t in report["tests"] if t["outcome"] == "failed"}
+    assert set(failed) == {"test_accuracy[bert-base-fp8]", "test_performance[Offline]"}
+    assert failed["test_accuracy[bert-base-fp8]"].startswith("regression against the baseline ")
+    assert "accuracy/bert-base/fp8/-/snr_db: dropped from 30 to 25 dB" in failed["test_accuracy[bert-base-fp8]"]
+
+
+@pytest.mark.parametrize("workers", [None, "2"], ids=["serial", "xdist"])
+def test_regressed_test_fails_in_summary_and_junit_xml(suite, workers):
+    """A simulated figure 0.1% worse fails its test; a measured one 0.1% worse and an unchanged one pass. The failure
+    is the test's own: in pytest's summary, in JUnit XML and in results.json, serially and under pytest-xdist."""
+    pytest.importorskip("xdist")
+    args = ["-p", "xdist", "-p", "no:randomly"] + (["-n", workers] if workers else [])
+    set_values(suite, details={"Server": SIMULATED, "Offline": MEASURED})
+    assert suite.runpytest_subprocess(*args, "--report-dir", "first").ret == 0
+
+    set_values(suite, details={"Server": SIMULATED, "Offline": MEASURED},
+               qps={"Server": 399.6, "Offline": 499.5}, snr={"resnet50-fp8": 24.0})
+    junit = suite.path / "junit.xml"
+    worse = suite.runpytest_subprocess(*args, "--report-dir", "worse", "--baseline", "first/results.json",
+                                       "--junitxml", str(junit))
+    assert worse.ret == 1
+    worse.assert_outcomes(passed=3, failed=2)
+    summary = worse.stdout.str().split("short test summary info")[-1].splitlines()
+    failed = sorted(line.split(" - ")[0] for line in summary if line.startswith("FAILED "))
+    assert failed == ["FAILED test_suite.py::test_accuracy[resnet50-fp8]", "FAILED test_suite.py::test_performance[Server]"]
+    assert all(" - regression" in line for line in summary if line.startswith("FAILED "))  # trimmed to the width
+    if workers:
+        worse.stdout.fnmatch_lines(["*2 workers*"])
+
+    cases = {case.get("name"): case for case in ElementTree.parse(junit).iter("testcase")}
+    assert len(cases) == 5
+    failures = {name: case.find("failure") for name, case in cases.items() if case.find("failure") is not None}
+    assert set(failures) == {"test_performance[Server]", "test_accuracy[resnet50-fp8]"}
+    message = failures["test_performance[Server]"].get("message")
+    assert message.startswith("regression against the baseline first/results.json: ")
+    assert ("performance/resnet50/fp8/Server/samples_per_s: dropped from 400 to 399.6 samples/s (0.1% worse; "
+            "allowed 4e-07 samples/s: rel 1e-09, abs 0 ([performance], [performance.hardware.cpu], "
+            "[performance.timing.simulated])") in message  # the fake suite runs on cpu: the timing entry wins
+    assert "accuracy/resnet50/fp8/-/snr_db: dropped from 25 to 24 dB" in failures["test_accuracy[resnet50-fp8]"].get("message")
+
+    report = load(suite.path / "worse" / "results.json")
+    outcomes = {t["id"].split("::")[-1]: t["outcome"] for t in report["tests"]}
+    assert outcomes == {"test_accuracy[bert-base-fp16]": "passed", "test_accuracy[bert-base-fp8]": "passed",
+                        "test_accuracy[resnet50-fp8]": "failed", "test_performance[Offline]": "passed",
+                        "test_performance[Server]": "failed"}
+    assert sorted(r["id"] for r in report["regressions"]) == ["accuracy/resnet50/fp8/-/snr_db",
+                                                               "performance/resnet50/fp8/Server/samples_per_s"]
+    compliance = (suite.path / "worse" / "compliance.md").read_text()
+    assert "| performance figures | measured; simulated: C600 timing model, calibration 1a2b3c4d5e6f |" in \
+        " ".join(compliance.split())
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from conformance.hardware import get_backend
 from conformance.report import record as results_record
+from conformance.settings import RunSettings
 
 SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -114,14 +116,15 @@ def test_process_killed_mid_write_leaves_previous_report(sample, tmp_path):
 
 
 def test_build_fills_every_key(tmp_path):
-    from conformance.hardware import get_backend
-    from conformance.settings import RunSettings
-
     settings = RunSettings(hardware="cpu", models=("bert-base",), profile="smoke", precisions=("fp32",), report_dir=tmp_path)
     results = results_record.build(settings=settings, backend=get_backend("cpu"), profile=settings.profile_data,
                                    tests=[], records=[], exit_status=0)
     results_record.validate(results)
     assert results["verdict"] == "PASS"
+    assert results["hardware"]["timing"] == "measured"
+    ipu = results_record.build(settings=settings, backend=get_backend("ipu"), profile=settings.profile_data,
+                               tests=[], records=[], exit_status=0)
+    assert ipu["hardware"]["timing"] == "simulated"
     assert results["profile"]["samples"] == {"bert-base": 2}
     assert results["git"]["commit"] is None or len(results["git"]["commit"]) == 40
     assert results["packages"]["numpy"]

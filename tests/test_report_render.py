@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,92 @@ def test_report_command_rejects_bad_input(tmp_path, capsys):
 def test_plots_skipped_is_said(sample):
     sample["plots"] = {"status": "skipped", "reason": "matplotlib is not installed", "files": {}}
     assert "Plots skipped: matplotlib is not installed." in render.compliance_md(sample)
+
+
+# ----- how the figures were obtained -----------------------------------------------------------------------------------
+
+C600 = {"chip": "c600", "chip_description": "Graphcore C600 PCIe card", "calibration": "1a2b3c4d5e6f"}
+OFFLINE_ID = "performance/resnet50/fp8/Offline/samples_per_s"
+
+
+def with_timing(sample: dict, timing: str | None, timing_model: dict | None = None) -> dict:
+    """The sample with every performance and audit record obtained as said (None: an older file, no keys at all)."""
+    results = copy.deepcopy(sample)
+    results["regressions"] = []  # their messages name the tolerance tables
+    results["hardware"].pop("timing", None)
+    if timing is not None:
+        results["hardware"]["timing"] = timing
+    for record in results["records"]:
+        record["details"].pop("timing", None)
+        record["details"].pop("timing_model", None)
+        if timing is not None and record["kind"] in ("performance", "audit"):
+            record["details"].update(timing=timing, timing_model=timing_model)
+    return results
+
+
+def rendered(results: dict) -> dict[str, str]:
+    return {fmt: renderer(results) for fmt, renderer in render.FORMATS.items()}
+
+
+def csv_row(results: dict, scenario: str) -> dict:
+    return next(r for r in csv.DictReader(io.StringIO(render.results_csv(results))) if r["Scenario"] == scenario)
+
+
+def test_simulated_and_measured_figures_render_differently_in_every_format(sample):
+    simulated = rendered(with_timing(sample, "simulated", C600))
+    measured = rendered(with_timing(sample, "measured"))
+    provenance = "simulated: C600 timing model, calibration 1a2b3c4d5e6f"
+    for fmt in render.FORMATS:
+        assert simulated[fmt] != measured[fmt], fmt
+        assert provenance in simulated[fmt] and provenance not in measured[fmt], fmt
+        assert "measured" in measured[fmt], fmt
+    # the run summary says it once, with the chip's description in the documents
+    assert f"| performance figures | {provenance} |" in simulated["md"].replace("  ", "")
+    assert "Graphcore C600 PCIe card" in simulated["md"] and "Graphcore C600 PCIe card" in simulated["html"]
+    assert simulated["terminal"].splitlines()[1] == f"performance figures: {provenance}"
+    assert measured["terminal"].splitlines()[1] == "performance figures: measured"
+    # every performance and audit row of the checks table is marked; accuracy rows are not
+    def rows(text, check):  # the checks table's rows of ``check``
+        return [line for line in text.splitlines() if f" {check} " in line and f" {check} PASS" not in line]
+
+    for fmt in ("terminal", "md"):
+        for check in ("samples_per_s", "p99_latency_ms", "TEST01_mismatches", "TEST04_speedup"):
+            [sim], [meas] = rows(simulated[fmt], check), rows(measured[fmt], check)
+            assert " simulated " in sim and " measured " not in sim, (fmt, sim)
+            assert " measured " in meas and " simulated " not in meas, (fmt, meas)
+        for line in rows(simulated[fmt], "f1_ratio") + rows(measured[fmt], "f1_ratio"):
+            assert "simulated" not in line and "measured" not in line, (fmt, line)
+    assert re.search(r"<th>Timing\s*</th>", simulated["html"]) and re.search(r"<td>simulated\s*</td>", simulated["html"])
+    assert re.search(r"<td>measured\s*</td>", measured["html"]) and not re.search(r"<td>simulated\s*</td>", measured["html"])
+    # results.csv: MLPerf's notes column of the performance rows; accuracy-only rows have no figure to qualify
+    assert csv_row(with_timing(sample, "simulated", C600), "Server")["notes"] == provenance
+    assert csv_row(with_timing(sample, "measured"), "Server")["notes"] == "measured"
+    assert csv_row(with_timing(sample, "simulated", C600), "")["notes"] == ""
+    assert csv_row(with_timing(sample, "simulated", C600), "Offline")["notes"].startswith(provenance + "; min_duration")
+
+
+def test_records_without_timing_still_render(sample):
+    """Older results files and accuracy records carry no timing: no Timing column, no provenance, no error."""
+    old = with_timing(sample, None)
+    out = rendered(old)
+    for fmt, text in out.items():
+        assert "performance figures" not in text and "simulated" not in text, fmt
+        for record in old["records"]:
+            assert record["check"] in text or fmt == "csv"
+    assert "Timing" not in out["md"] and "Timing" not in out["terminal"]
+    assert list(next(csv.DictReader(io.StringIO(out["csv"])))) == list(render.CSV_COLUMNS)
+    # the hardware's timing alone still says it in the summary
+    old["hardware"]["timing"] = "simulated"
+    assert "performance figures: simulated" in render.terminal(old)
+
+
+def test_simulated_figure_without_timing_model_and_several_models(sample):
+    plain = with_timing(sample, "simulated", None)
+    assert "performance figures: simulated\n" in render.terminal(plain)
+    # figures of two calibrations in one file (e.g. merged): each row names its own
+    mixed = with_timing(sample, "simulated", C600)
+    next(r for r in mixed["records"] if r["id"] == OFFLINE_ID)["details"]["timing_model"] = {**C600, "calibration": "ffffffffffff"}
+    text = render.terminal(mixed)
+    assert "simulated: C600 timing model, calibration ffffffffffff; simulated: C600 timing model, calibration 1a2b3c4d5e6f" in text
+    offline = next(line for line in text.splitlines() if "samples_per_s" in line)
+    assert "calibration ffffffffffff" in offline

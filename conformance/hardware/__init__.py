@@ -49,9 +49,9 @@ def backend_class(name: str) -> type[Backend]:
     return cls
 
 
-def get_backend(name: str) -> Backend:
-    """A new instance of the backend registered as ``name``."""
-    return backend_class(name)()
+def get_backend(name: str, chip: str | None = None) -> Backend:
+    """A new instance of the backend registered as ``name`` (on ``chip``, for a simulated backend that offers several)."""
+    return backend_class(name)(chip)
 
 
 __all__ = ["Backend", "UnsupportedCombination", "ENTRY_POINT_GROUP", "HardwareRegistryError", "backend_class",

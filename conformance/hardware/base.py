@@ -63,7 +63,16 @@ class Backend(abc.ABC):
     scenarios: tuple[str, ...] = SCENARIOS
     audits: tuple[str, ...] = AUDITS
     timing: ClassVar[str] = "measured"  # "simulated": latencies come from a model of the device, not the host's clock
+    chips: ClassVar[tuple[str, ...]] = ()  # the simulated chips ``--device`` chooses from (a simulated backend's)
     targets_dir: ClassVar[Path | None] = None  # accuracy.toml / performance.toml tables of a backend shipped on its own
+
+    def __init__(self, chip: str | None = None):
+        if chip is not None and chip not in self.chips:
+            if not self.chips:
+                raise ValueError(f"--device {chip}: hardware {self.name!r} has no simulated chips to choose from")
+            raise ValueError(f"--device {chip}: unknown chip for hardware {self.name!r}; expected one of: "
+                             f"{', '.join(self.chips)}")
+        self.chip = chip or (self.chips[0] if self.chips else None)
 
     def check_precision(self, precision: str) -> None:
         if precision not in self.precisions:
@@ -88,10 +97,20 @@ class Backend(abc.ABC):
         return self._model_support(model_name, precision)
 
     def audit_support(self, model_name: str, precision: str, audit: str) -> str | None:
-        """Why the backend cannot be audited with ``audit`` for the pair; None when it can."""
+        """Why the backend cannot be audited with ``audit`` for the pair; None when it can. TEST04 (a repeated sample
+        is not served faster) cannot detect anything on a simulated device: its time comes from a model of the batch,
+        not from the sample."""
         if audit not in self.audits:
             return f"{self.name} does not run the {audit} audit (it runs: {', '.join(self.audits) or 'none'})"
+        if audit == "TEST04" and self.timing == "simulated":
+            return ("not applicable to a simulated device: its timing model prices a batch by its size, so a repeated "
+                    "sample cannot be served faster")
         return self._model_support(model_name, precision)
+
+    def timing_model(self) -> dict | None:
+        """For a simulated backend, what its figures come from (chip, its description, the calibration's hash), for
+        every performance record; None for measured hardware."""
+        return None
 
     @abc.abstractmethod
     def prepare(self, model, precision: str, calibration_inputs: dict | None = None, *, batch_size: int = 4,

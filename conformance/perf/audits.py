@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import mlperf_loadgen as lg
 
 from conformance.hardware.base import AUDITS
-from conformance.perf.harness import ScenarioSettings
+from conformance.perf.harness import ScenarioResult, ScenarioSettings, scenario_metric
 from conformance.targets.audit import AuditConfig
 from conformance.targets.performance import PerformanceTarget
 
@@ -90,3 +90,13 @@ class AuditSettings(ScenarioSettings):
             s.performance_issue_same = True
             s.performance_issue_same_index = int(self.issue_same_index)
         return s
+
+
+def performance_score(result: ScenarioResult, early_stopping: bool = True) -> tuple[float | None, str]:
+    """MLPerf verify_performance.py's score of a run (higher is faster) and what it is: samples/s in Offline and
+    Server; 1e9 / the latency in ns in SingleStream and MultiStream (the early-stopping estimate, or the plain
+    percentile for a run of too few queries for one)."""
+    value, basis = scenario_metric(result.scenario, result.details, early_stopping)
+    if result.scenario in ("Offline", "Server"):
+        return value, basis
+    return (1e3 / value if value else None), f"1e9 / {basis} (ns)"

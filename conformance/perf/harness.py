@@ -25,13 +25,34 @@ from conformance.perf.sut import BatchingSUT
 
 COMPLIANT_MIN_DURATION_MS = 600_000  # MLPerf inference rules: every performance run lasts at least 600 s
 MULTISTREAM_SAMPLES_PER_QUERY = 8
-# The metric each scenario reports (MLPerf): the key of LoadGen's detail log, its units and the direction of "better".
+# The metric each scenario reports (MLPerf): its name, units and the direction of "better".
 METRICS = {
-    "SingleStream": ("p90_latency_ms", "result_90.00_percentile_latency_ns", "ms", "<="),
-    "MultiStream": ("p99_latency_ms", "result_99.00_percentile_latency_ns", "ms", "<="),
-    "Server": ("completed_samples_per_second", "result_completed_samples_per_sec", "samples/s", ">="),
-    "Offline": ("samples_per_second", "result_samples_per_second", "samples/s", ">="),
+    "SingleStream": ("p90_latency_ms", "ms", "<="),
+    "MultiStream": ("p99_latency_ms", "ms", "<="),
+    "Server": ("completed_samples_per_second", "samples/s", ">="),
+    "Offline": ("samples_per_second", "samples/s", ">="),
 }
+# LoadGen's detail-log keys of a latency scenario: its early-stopping estimate, and the plain percentile (ns).
+LATENCY_KEYS = {
+    "SingleStream": ("early_stopping_latency_ss", "result_90.00_percentile_latency_ns"),
+    "MultiStream": ("early_stopping_latency_ms", "result_99.00_percentile_per_query_latency_ns"),
+}
+THROUGHPUT_KEYS = {"Server": "result_completed_samples_per_sec", "Offline": "result_samples_per_second"}
+
+
+def scenario_metric(scenario: str, details: dict, early_stopping: bool = True) -> tuple[float | None, str]:
+    """The scenario's figure from LoadGen's detail-log values, and what it is: the early-stopping estimate of the
+    latency percentile (MLPerf's SingleStream and MultiStream result), or, for a run of too few queries for one (64 at
+    p90, 662 at p99), the plain percentile; samples/s for Server and Offline."""
+    if scenario in THROUGHPUT_KEYS:
+        raw = details.get(THROUGHPUT_KEYS[scenario])
+        return (None if raw is None else float(raw)), "samples/s"
+    early, plain = LATENCY_KEYS[scenario]
+    tail = "p90" if scenario == "SingleStream" else "p99"
+    if early_stopping and details.get(early):
+        return float(details[early]) / 1e6, f"early-stopping {tail} latency estimate"
+    raw = details.get(plain)
+    return (None if raw is None else float(raw) / 1e6), f"{tail} latency (too few queries for an early-stopping estimate)"
 
 
 @dataclass
@@ -52,6 +73,11 @@ class ScenarioSettings:
         if self.scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {self.scenario!r}; expected one of: {', '.join(SCENARIOS)}")
 
+    @property
+    def expected_latency_ns(self) -> int:
+        """SingleStream/MultiStream: the expected latency as LoadGen is given it (at least 1 us)."""
+        return max(int(self.expected_latency_s * 1e9), 1000)
+
     def loadgen_settings(self):
         s = lg.TestSettings()
         s.scenario = getattr(lg.TestScenario, self.scenario)
@@ -60,9 +86,8 @@ class ScenarioSettings:
         s.max_duration_ms = int(self.max_duration_ms)
         s.min_query_count = int(self.min_query_count)
         s.performance_sample_count_override = int(self.performance_sample_count)
-        expected_ns = max(int(self.expected_latency_s * 1e9), 1000)
-        s.single_stream_expected_latency_ns = expected_ns
-        s.multi_stream_expected_latency_ns = expected_ns
+        s.single_stream_expected_latency_ns = self.expected_latency_ns
+        s.multi_stream_expected_latency_ns = self.expected_latency_ns
         s.multi_stream_samples_per_query = int(self.samples_per_query)
         s.server_target_qps = float(self.target_qps)
         s.server_target_latency_ns = int(self.server_latency_ms * 1e6)
@@ -141,9 +166,7 @@ def parse_result(scenario: str, log_dir: Path, min_duration_ms: int) -> Scenario
         raise RuntimeError(f"LoadGen wrote no logs in {log_dir} (expected mlperf_log_summary.txt and mlperf_log_detail.txt)")
     records = read_detail_log(detail_path)
     summary = summary_path.read_text(errors="replace")
-    metric, key, units, _ = METRICS[scenario]
-    raw = records.get(key)
-    value = None if raw is None else float(raw) / (1e6 if key.endswith("_ns") else 1.0)
+    metric, units, _ = METRICS[scenario]
     checks = {
         "min_duration": records.get("result_min_duration_met"),
         "min_queries": records.get("result_min_queries_met"),
@@ -164,6 +187,7 @@ def parse_result(scenario: str, log_dir: Path, min_duration_ms: int) -> Scenario
             reasons.append(re.sub(r"\s+", " ", str(records["early_stopping_result"])).strip())
     details = {k: records[k] for k in records if k.startswith(("result_", "early_stopping", "effective_target", "effective_min",
                                                                  "effective_samples_per_query", "generated_"))}
+    value, details["metric_basis"] = scenario_metric(scenario, details)
     return ScenarioResult(
         scenario=scenario, valid=valid, metric=metric, value=value, units=units, checks=checks,
         invalid_reason="; ".join(dict.fromkeys(reasons)) or ("" if valid else "INVALID (no reason logged)"),

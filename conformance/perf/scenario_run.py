@@ -1,6 +1,9 @@
 """One performance run of the suite: a model at a precision on a hardware in a LoadGen scenario, as the targets say.
 
-Logs go to ``<report_dir>/loadgen/<model>-<precision>-<scenario>/`` (a temporary directory without a report directory).
+A backend whose timing is simulated runs on virtual time (:mod:`conformance.perf.virtual`), unless the real LoadGen on
+the host's clock is asked for as a cross-check; measured hardware always runs under the real LoadGen
+(:mod:`conformance.perf.harness`). Logs go to ``<report_dir>/loadgen/<model>-<precision>-<scenario>/`` (a temporary
+directory without a report directory).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from conformance.hardware import Backend
 from conformance.hardware.devices import Device, Workload
 from conformance.perf.harness import MULTISTREAM_SAMPLES_PER_QUERY, ScenarioResult, ScenarioSettings, run_scenario
+from conformance.perf.virtual import simulate_scenario
 from conformance.targets.performance import PerformanceTarget, load_performance_targets
 from conformance.targets.profiles import load_profiles
 
@@ -36,18 +40,21 @@ class TargetRun:
     settings: ScenarioSettings
     log_dir: Path | None  # None: a new temporary directory per run
     run_options: dict
+    clock: str  # "virtual" (simulated timing) or "real" (the real LoadGen on the host's clock)
 
     def run(self, settings: ScenarioSettings | None = None, log_dir: Path | None = None, device=None) -> ScenarioResult:
         log_dir = log_dir if log_dir is not None else self.log_dir
         if log_dir is None:
             log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{self.target.test_id}-"))
-        return run_scenario(device if device is not None else self.device, settings or self.settings, log_dir,
-                            **self.run_options)
+        runner = simulate_scenario if self.clock == "virtual" else run_scenario
+        return runner(device if device is not None else self.device, settings or self.settings, log_dir,
+                      **self.run_options)
 
 
-def plan_target(target: PerformanceTarget, profile: str, backend: Backend, model,
-                report_dir: Path | None = None) -> TargetRun:
-    """The device and LoadGen settings of ``target`` in ``profile`` on ``backend`` (nothing runs yet)."""
+def plan_target(target: PerformanceTarget, profile: str, backend: Backend, model, report_dir: Path | None = None,
+                real_time: bool = False) -> TargetRun:
+    """The device and LoadGen settings of ``target`` in ``profile`` on ``backend`` (nothing runs yet); ``real_time``
+    runs a simulated device under the real LoadGen too."""
     length = load_profiles()[profile].performance
     run = load_performance_targets().models[target.model]
     samples = int(length.performance_samples[target.model])
@@ -71,4 +78,5 @@ def plan_target(target: PerformanceTarget, profile: str, backend: Backend, model
     log_dir = Path(report_dir) / "loadgen" / target.test_id if report_dir is not None else None
     options = {"max_batch": max_batch, "batch_timeout_s": run.server_batch_timeout_ms / 1e3,
                "total_sample_count": samples, "name": target.test_id}
-    return TargetRun(target, device, settings, log_dir, options)
+    clock = "virtual" if backend.timing == "simulated" and not real_time else "real"
+    return TargetRun(target, device, settings, log_dir, options, clock)

@@ -12,7 +12,7 @@ import numpy as np
 
 from conformance.accuracy import metrics
 from conformance.hardware.devices import Device, Samples
-from conformance.perf.audits import AuditSettings
+from conformance.perf.audits import AuditSettings, performance_score
 from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
 from conformance.targets.accuracy import TASK_METRICS
 from models.ops import Ops
@@ -142,6 +142,30 @@ class Test01Result:
     performance: ScenarioResult
     accuracy: ScenarioResult
     sampling_target: int
+    plain: ScenarioResult | None = None  # the same run without accuracy logging (None: not compared)
+    performance_tolerance: float = 0.0
+
+    @property
+    def performance_ratio(self) -> float | None:
+        """Score of the run with accuracy logging over the plain run's (MLPerf: within 10%); None when not compared."""
+        if self.plain is None:
+            return None
+        logged, _ = performance_score(self.performance)
+        plain, _ = performance_score(self.plain)
+        return logged / plain if logged and plain else None
+
+    @property
+    def performance_gated(self) -> bool:
+        """Whether the performance half decides: compared, and both runs long enough for LoadGen to call them VALID (a
+        run too short for a performance verdict of its own cannot judge another's)."""
+        return self.plain is not None and self.performance.valid and self.plain.valid
+
+    @property
+    def performance_passed(self) -> bool:
+        if not self.performance_gated:
+            return True
+        ratio = self.performance_ratio
+        return ratio is not None and abs(1.0 - ratio) <= self.performance_tolerance
 
     @property
     def value(self) -> float:
@@ -158,6 +182,8 @@ class Test01Result:
     @property
     def passed(self) -> bool:
         if self.performance.sut_errors or self.accuracy.sut_errors or self.comparison.sampled == 0:
+            return False
+        if not self.performance_passed:
             return False
         if self.comparison.all_match:
             return True
@@ -178,6 +204,12 @@ class Test01Result:
             text += (f"; MLPerf fallback (task metric within {f.tolerance:.3g} relative): "
                      f"{'met' if f.passed else 'NOT met'}" + (f" ({f.reason})" if f.reason else "")
                      + "".join(f", {k} {v['performance']} vs {v['accuracy']}" for k, v in f.metrics.items()))
+        if self.plain is not None:
+            ratio = self.performance_ratio
+            text += (f"; performance with accuracy logging / without: "
+                     f"{'n/a' if ratio is None else f'{ratio:.4g}'} (allowed 1 +- {self.performance_tolerance:g}"
+                     + ("" if self.performance_gated else "; not gated: the runs are too short for LoadGen to call "
+                                                          "them VALID") + ")")
         errors = self.performance.sut_errors + self.accuracy.sut_errors
         if errors:
             text += f"; the system under test raised: {errors[0]}"
@@ -194,6 +226,9 @@ class Test01Result:
             "performance_result": {"metric": self.performance.metric, "value": self.performance.value,
                                    "units": self.performance.units, "loadgen_valid": self.performance.valid},
             "sut_errors": self.performance.sut_errors + self.accuracy.sut_errors,
+            "performance_ratio": self.performance_ratio,
+            "performance_compared": self.plain is not None,
+            "performance_gated": self.performance_gated,
         }
         if self.fallback is not None:
             out["accuracy_fallback"] = {"tolerance": self.fallback.tolerance, "metrics": self.fallback.metrics,
@@ -202,23 +237,27 @@ class Test01Result:
 
 
 def run_test01(device: Device, settings: ScenarioSettings, log_dir: Path, *, sampling_target: int, rng_seed: int,
-               tolerance: float, score: Scorer | None = None, accuracy_device=None, **run_options) -> Test01Result:
+               tolerance: float, score: Scorer | None = None, accuracy_device=None, compare_performance: bool = False,
+               performance_tolerance: float = 0.10, **run_options) -> Test01Result:
     """TEST01 of ``device`` in ``settings.scenario``: logs in ``log_dir/performance`` and ``log_dir/accuracy``.
-    ``accuracy_device`` (default ``device.fresh()``: it computes its answers again) serves the accuracy run; ``score`` is the
-    task metric for MLPerf's fallback, used only when some response differs."""
+    ``accuracy_device`` (default ``device.fresh()``: it computes its answers again) serves the accuracy run; ``score`` is
+    the task metric for MLPerf's fallback, used only when some response differs. ``compare_performance`` adds TEST01's
+    second half (logs in ``log_dir/plain``): the run with accuracy logging performs within 10% of the same run without
+    it (for measured hardware: on a simulated timeline logging costs no device time, so there is nothing to compare)."""
     log_dir = Path(log_dir)
     performance = run_scenario(device, AuditSettings.from_settings(
         settings, accuracy_log_sampling_target=sampling_target, accuracy_log_rng_seed=rng_seed),
         log_dir / "performance", **run_options)
     accuracy = run_scenario(accuracy_device if accuracy_device is not None else device.fresh(),
                             AuditSettings.from_settings(settings, mode="AccuracyOnly"), log_dir / "accuracy", **run_options)
+    plain = run_scenario(device, settings, log_dir / "plain", **run_options) if compare_performance else None
     sampled = read_accuracy_log(Path(performance.log_dir) / "mlperf_log_accuracy.json")
     answers = read_accuracy_log(Path(accuracy.log_dir) / "mlperf_log_accuracy.json")
     comparison = compare_responses(sampled, answers)
     fallback = None
     if comparison.sampled and not comparison.all_match:
         fallback = accuracy_delta(score, sampled, answers, tolerance)
-    return Test01Result(comparison, fallback, performance, accuracy, sampling_target)
+    return Test01Result(comparison, fallback, performance, accuracy, sampling_target, plain, performance_tolerance)
 
 
 # -- the suite's task metric for TEST01's fallback ------------------------------------------------------------------

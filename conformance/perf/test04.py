@@ -6,32 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.hardware.devices import Device
-from conformance.perf.audits import AuditSettings
+from conformance.perf.audits import AuditSettings, performance_score
 from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
 from conformance.targets.audit import AuditConfig
-
-
-def performance_score(result: ScenarioResult, early_stopping: bool = True) -> tuple[float | None, str]:
-    """MLPerf verify_performance.py's score of a run (higher is faster) and what it is: samples/s in Offline and
-    Server; 1e9 / the early-stopping latency estimate in ns in SingleStream (p90) and MultiStream (p99). A run of too
-    few queries for early stopping (64 at p90, 662 at p99) has no estimate; its plain percentile stands in (and
-    everywhere with ``early_stopping=False``)."""
-    details = result.details
-    if result.scenario == "Offline":
-        return _float(details.get("result_samples_per_second")), "samples/s"
-    if result.scenario == "Server":
-        return _float(details.get("result_completed_samples_per_sec")), "samples/s"
-    tail = "90.00" if result.scenario == "SingleStream" else "99.00"
-    estimate = details.get("early_stopping_latency_ss" if result.scenario == "SingleStream" else "early_stopping_latency_ms")
-    if estimate and early_stopping:
-        return 1e9 / float(estimate), f"1e9 / early-stopping p{tail[:2]} latency estimate (ns)"
-    latency = details.get(f"result_{tail}_percentile_latency_ns")
-    basis = f"1e9 / p{tail[:2]} latency (ns; too few queries for an early-stopping estimate)"
-    return (1e9 / float(latency) if latency else None), basis
-
-
-def _float(value) -> float | None:
-    return None if value is None else float(value)
 
 
 @dataclass

@@ -1,11 +1,17 @@
 """``--baseline results.json``: compare a run with an earlier one and list every regression beyond the tolerances in
-``conformance/targets/regression.toml`` (in the spirit of pytest-benchmark's ``--benchmark-compare-fail``)."""
+``conformance/targets/regression.toml`` (in the spirit of pytest-benchmark's ``--benchmark-compare-fail``).
+
+:func:`compare` compares a whole run (its ``regressions`` in results.json); :func:`compare_test` compares the records of one
+test as its report is made, so that the test that produced a regressed figure fails.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from conformance.report import record as results_record
+from conformance.report.checks import CLOCK_KEY, timing_of
+from conformance.report.collect import assign_ids
 from conformance.targets.regression import tolerance_for
 
 
@@ -45,11 +51,33 @@ def load_baseline(path, *, hardware: str, profile: str) -> dict:
     return data
 
 
+def _clock_of(record: dict) -> str | None:
+    clock = (record.get("details") or {}).get(CLOCK_KEY)
+    return clock if isinstance(clock, str) and clock else None
+
+
+def _clock(record: dict, old: dict) -> str | None:
+    """The clock both figures ran on ("virtual"/"real", ``details["clock"]``), when both records say so alike."""
+    clock = _clock_of(record)
+    return clock if clock is not None and clock == _clock_of(old) else None
+
+
+def _timing(record: dict, old: dict) -> str | None:
+    """How both figures were obtained ("measured"/"simulated"), when both records say so alike and do not differ in
+    their clock (a simulation on virtual time is not compared exactly with a real-clock run of it); None otherwise."""
+    timing = timing_of(record)
+    if timing is None or timing != timing_of(old) or _clock_of(record) != _clock_of(old):
+        return None
+    return timing
+
+
 def compare(current: list[dict], baseline: list[dict], tolerances: dict, hardware: str) -> list[Regression]:
     """Every gating record of ``current`` that is worse than the same record of ``baseline`` beyond its tolerance.
 
     Records missing from either side are not regressions (another shard or model selection); a record that had a value
-    in the baseline and has none now is one.
+    in the baseline and has none now is one. The tolerance depends on the kind, check and hardware, and on the
+    records' ``details["timing"]`` and ``details["clock"]`` when both records state the same (simulated figures on
+    virtual time are compared exactly).
     """
     before = {r["id"]: r for r in baseline}
     found = []
@@ -57,21 +85,53 @@ def compare(current: list[dict], baseline: list[dict], tolerances: dict, hardwar
         old = before.get(record["id"])
         if old is None or not record.get("gating", True) or old.get("value") is None:
             continue
-        tolerance = tolerance_for(tolerances, record["kind"], record["check"], hardware)
+        tolerance = tolerance_for(tolerances, record["kind"], record["check"], hardware, _timing(record, old),
+                                  _clock(record, old))
         if tolerance is None:
             continue
         base, value, op = float(old["value"]), record.get("value"), record["op"]
         allowed = tolerance.allowed(base)
         units = record.get("units", "")
+        unit = f" {units}" if units else ""
         if value is None:
-            message = f"{record['id']}: no value this run (baseline {base:.6g} {units})"
+            message = f"{record['id']}: no value this run (baseline {base:.6g}{unit})"
         else:
             worse_by = (base - value) if op == ">=" else (value - base)
             if worse_by <= allowed:
                 continue
             direction = "dropped" if op == ">=" else "rose"
-            message = (f"{record['id']}: {direction} from {base:.6g} to {value:.6g} {units} "
-                       f"({worse_by / abs(base) * 100 if base else float('inf'):.2f}% worse; allowed {allowed:.6g})").replace("  ", " ")
+            share = f"{worse_by / abs(base) * 100:.3g}%" if base else "inf%"
+            message = (f"{record['id']}: {direction} from {base:.6g} to {value:.6g}{unit} "
+                       f"({share} worse; allowed {allowed:.6g}{unit}: {tolerance.describe()})")
         found.append(Regression(record["id"], record.get("test_id", ""), record["check"], units, op, base, value, allowed,
                                 message))
     return found
+
+
+def run_ids(records: list[dict], baseline: list[dict]) -> list[dict]:
+    """One test's records with the ids the whole run gives them (``kind/model/precision/scenario/check``, ``#2`` ...
+    for repeats), as far as the baseline shows them: a repeated id is matched with the baseline's records of the same
+    id and the same test, in order; otherwise the id the test's own records give."""
+    own = assign_ids([dict(r) for r in records])
+    same_test: dict[tuple[str, str], list[str]] = {}
+    for old in baseline:
+        same_test.setdefault((old["id"].partition("#")[0], old.get("test_id", "")), []).append(old["id"])
+    for record in own:
+        base, _, repeat = record["id"].partition("#")
+        ids = same_test.get((base, record.get("test_id", "")), [])
+        index = int(repeat or 1) - 1
+        if index < len(ids):
+            record["id"] = ids[index]
+    return own
+
+
+def compare_test(records: list[dict], baseline: list[dict], tolerances: dict, hardware: str) -> list[Regression]:
+    """The regressions among the records of one test (record dicts as ``record_check`` made them, without ids)."""
+    return compare(run_ids(records, baseline), baseline, tolerances, hardware)
+
+
+def failure_message(regressions: list[Regression], baseline_path) -> str:
+    """What a test that regressed fails with: one line naming each regressed record, its baseline value, its value now
+    and the allowed change."""
+    return (f"regression against the baseline {baseline_path}: "
+            + "; ".join(r.message for r in regressions))

@@ -7,7 +7,8 @@ Schema (``"schema": "ipu-conformance/results/1"``; every key is always present):
 - ``machine``: platform, python, processor, cpu_count, hostname
 - ``git``: commit (or null outside a checkout), dirty (bool or null)
 - ``packages``: distribution name -> version (null when not installed)
-- ``hardware``: name, description, precisions, versions
+- ``hardware``: name, description, precisions, versions, timing (``"measured"`` or ``"simulated"``: how the backend's
+  latencies are obtained; absent from files written before it was recorded)
 - ``settings``: hardware, profile, models, shard (``"i/n"`` or null), xfail_file, baseline (path or null)
 - ``profile``: name, description, samples and batch_size per model
 - ``tests``: one per test, sorted by node id: id, outcome (passed, failed, error, skipped, xfailed, xpassed), duration_s,
@@ -115,7 +116,7 @@ def build(*, settings, backend, profile, tests, records, exit_status: int, inter
         "git": git_info(),
         "packages": package_versions(),
         "hardware": {"name": backend.name, "description": backend.description, "precisions": list(backend.precisions),
-                     "versions": dict(backend.versions())},
+                     "versions": dict(backend.versions()), "timing": backend.timing},
         "settings": {"hardware": settings.hardware, "profile": settings.profile, "models": list(settings.models),
                      "shard": str(shard) if shard else None, "xfail_file": str(xfail_file) if xfail_file else None,
                      "baseline": str(baseline) if baseline else None},

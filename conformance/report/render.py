@@ -11,6 +11,8 @@ import io
 
 from tabulate import tabulate
 
+from conformance.report.checks import provenance, timing_model_of
+
 # measurements.json-style data types per precision; a record's details may override any of these keys
 DATA_TYPES = {
     "fp32": {"input_data_types": "fp32", "weight_data_types": "fp32", "weight_transformations": "none"},
@@ -36,6 +38,8 @@ EXTRA_COLUMNS = ("Precision", "input_data_types", "weight_transformations", "acc
 CSV_COLUMNS = MLPERF_COLUMNS + EXTRA_COLUMNS
 
 TABLE_HEADERS = ("Model", "Precision", "Scenario", "Check", "Value", "Target", "Units", "Verdict")
+# the column of the checks table that says how a figure was obtained; shown when some record says so
+TIMING_HEADER = "Timing"
 
 
 def fmt(value) -> str:
@@ -57,12 +61,59 @@ def verdict(record: dict) -> str:
     return "XFAIL" if record.get("outcome") == "xfailed" else "FAIL"
 
 
+# ----- how the figures were obtained (details "timing" and "timing_model") -----------------------------------------
+
+def _distinct(values) -> list[str]:
+    return list(dict.fromkeys(v for v in values if v))
+
+
+def timing_label(record: dict, results: dict) -> str:
+    """The checks table's mark of a figure: ``measured`` or ``simulated``; the whole provenance (chip, calibration)
+    when the run holds simulated figures of more than one timing model; empty when the record does not say."""
+    text = provenance(record)
+    if not text:
+        return ""
+    timing = text.partition(":")[0]
+    if timing == "simulated" and len(_distinct(provenance(r) for r in results["records"]
+                                               if provenance(r).startswith("simulated"))) > 1:
+        return text
+    return timing
+
+
+def timing_summary(results: dict) -> str:
+    """How the run's figures were obtained, for the run summary: each distinct provenance of its records (``simulated:
+    C600 timing model, calibration 1a2b3c4d5e6f``, ``measured``); the hardware's ``timing`` when no record says; empty
+    for older results files."""
+    return "; ".join(_distinct(provenance(r) for r in results["records"])) or str(results["hardware"].get("timing") or "")
+
+
+def simulated_chips(results: dict) -> list[tuple[str, str]]:
+    """(chip, description) of each chip whose timing model gave simulated figures of the run."""
+    chips = {}
+    for record in results["records"]:
+        model = timing_model_of(record) if provenance(record).startswith("simulated") else None
+        if model and model.get("chip"):
+            chips.setdefault(str(model["chip"]).upper(), str(model.get("chip_description") or ""))
+    return list(chips.items())
+
+
+def _has_timing(results: dict) -> bool:
+    return any(provenance(r) for r in results["records"])
+
+
+def check_headers(results: dict) -> tuple[str, ...]:
+    """TABLE_HEADERS, with the Timing column before the verdict when some record says how it was obtained."""
+    return (*TABLE_HEADERS[:-1], TIMING_HEADER, TABLE_HEADERS[-1]) if _has_timing(results) else TABLE_HEADERS
+
+
 def check_rows(results: dict) -> list[tuple]:
-    return [
-        (r["model"], r["precision"], r.get("scenario") or "", r["check"], fmt(r.get("value")),
-         f"{r['op']} {fmt(r.get('target'))}", r.get("units", ""), verdict(r))
-        for r in results["records"]
-    ]
+    with_timing = _has_timing(results)
+    rows = []
+    for r in results["records"]:
+        row = (r["model"], r["precision"], r.get("scenario") or "", r["check"], fmt(r.get("value")),
+               f"{r['op']} {fmt(r.get('target'))}", r.get("units", ""))
+        rows.append((*row, timing_label(r, results), verdict(r)) if with_timing else (*row, verdict(r)))
+    return rows
 
 
 def outcome_counts(results: dict) -> str:
@@ -90,6 +141,12 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
     pairs = [
         ("verdict", results["verdict"]),
         ("hardware", f"{hardware['name']} ({hardware.get('description', '')})"),
+    ]
+    timing = timing_summary(results)
+    if timing:
+        pairs.append(("performance figures", timing))
+    pairs += [(f"simulated {chip}", description) for chip, description in simulated_chips(results) if description]
+    pairs += [
         ("profile", settings["profile"]),
         ("models", ", ".join(settings["models"])),
         ("tests", outcome_counts(results)),
@@ -144,7 +201,11 @@ def _all_pass(records: list[dict]) -> str:
 
 
 def mlperf_rows(results: dict) -> list[dict]:
-    """One row per model x precision x scenario (scenario empty for accuracy-only pairs), keyed by CSV_COLUMNS."""
+    """One row per model x precision x scenario (scenario empty for accuracy-only pairs), keyed by CSV_COLUMNS and
+    ``Timing`` (the checks table's mark of the row's performance and audit figures, for the Markdown table).
+
+    ``notes`` starts with how the row's performance and audit figures were obtained (``measured``, or ``simulated:
+    C600 timing model, calibration ...``): MLPerf's free-text column for what qualifies a system's results."""
     accuracy: dict[tuple, list] = {}
     performance: dict[tuple, list] = {}
     audits: dict[tuple, list] = {}
@@ -169,7 +230,8 @@ def mlperf_rows(results: dict) -> list[dict]:
             types = dict(DATA_TYPES.get(precision, {k: precision for k in DATA_TYPE_KEYS}))
             for r in acc + perf:
                 types.update({k: str(v) for k, v in (r.get("details") or {}).items() if k in DATA_TYPE_KEYS})
-            notes = sorted({str((r.get("details") or {}).get("notes")) for r in perf if (r.get("details") or {}).get("notes")})
+            notes = _distinct(provenance(r) for r in perf + audit)
+            notes += sorted({str((r.get("details") or {}).get("notes")) for r in perf if (r.get("details") or {}).get("notes")})
             if any((r.get("details") or {}).get("compliant_length") is False for r in perf):
                 notes.append("not of compliant length (MLPerf requires 600 s)")
             result_value = fmt(result["value"]) if result else ""
@@ -203,6 +265,7 @@ def mlperf_rows(results: dict) -> list[dict]:
                 "validity": _validity(perf),
                 "performance_verdict": _all_pass(perf),
                 "commit": results["git"].get("commit") or "",
+                TIMING_HEADER: ", ".join(_distinct(timing_label(r, results) for r in perf + audit)),
             })
     return rows
 
@@ -212,8 +275,12 @@ def mlperf_rows(results: dict) -> list[dict]:
 def terminal(results: dict) -> str:
     lines = [f"conformance {results['verdict']}: hardware={results['hardware']['name']}, "
              f"profile={results['settings']['profile']}, {outcome_counts(results)}"]
+    timing = timing_summary(results)
+    if timing:
+        lines.append(f"performance figures: {timing}")
     if results["records"]:
-        lines.append(tabulate(check_rows(results), headers=TABLE_HEADERS, tablefmt="simple", disable_numparse=True))
+        lines.append(tabulate(check_rows(results), headers=check_headers(results), tablefmt="simple",
+                              disable_numparse=True))
     for test in failed_tests(results):
         lines.append(f"{test['outcome'].upper()} {test['id']}: {test['message']}")
     for reg in results["regressions"]:
@@ -239,16 +306,18 @@ def compliance_md(results: dict) -> str:
 
     out += ["## Checks", ""]
     if results["records"]:
-        out += ["One row per model, precision, scenario and check: the measured value, the target it is compared with, "
-                "and the verdict (XFAIL: a known failure listed in the xfail file; (info): reported, not gated).", ""]
-        out += [_md_table(TABLE_HEADERS, check_rows(results)), ""]
+        out += ["One row per model, precision, scenario and check: the value, the target it is compared with, "
+                "and the verdict (XFAIL: a known failure listed in the xfail file; (info): reported, not gated)."
+                + (" Timing: whether a performance or audit figure was measured on the host or simulated by the timing "
+                   "model named under \"performance figures\" above." if _has_timing(results) else ""), ""]
+        out += [_md_table(check_headers(results), check_rows(results)), ""]
     else:
         out += ["No check was recorded.", ""]
 
     rows = mlperf_rows(results)
     if rows:
-        cols = ("Model", "Precision", "Scenario", "Result", "Units", "validity", "Accuracy", "accuracy_verdict",
-                "performance_verdict", "compliance", "weight_data_types")
+        cols = ("Model", "Precision", "Scenario", "Result", "Units", *((TIMING_HEADER,) if _has_timing(results) else ()),
+                "validity", "Accuracy", "accuracy_verdict", "performance_verdict", "compliance", "weight_data_types")
         out += ["## MLPerf-style results", "", _md_table(cols, [[row[c] for c in cols] for row in rows]), ""]
 
     failed = failed_tests(results)
@@ -280,7 +349,7 @@ def compliance_md(results: dict) -> str:
 
 def results_csv(results: dict) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(mlperf_rows(results))
     return buffer.getvalue()
@@ -292,7 +361,7 @@ def results_html(results: dict) -> str:
     body = [f"<h1>{esc(title)}</h1>",
             tabulate(_summary_pairs(results), tablefmt="html", disable_numparse=True),
             "<h2>Checks</h2>",
-            tabulate(check_rows(results), headers=TABLE_HEADERS, tablefmt="html", disable_numparse=True)]
+            tabulate(check_rows(results), headers=check_headers(results), tablefmt="html", disable_numparse=True)]
     rows = mlperf_rows(results)
     if rows:
         body += ["<h2>MLPerf-style results</h2>",

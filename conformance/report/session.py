@@ -3,7 +3,11 @@
 ``conformance/plugin.py`` registers a :class:`ReportSession` as a plugin object (its methods are the hooks) and keeps it in
 ``config.stash``. Under pytest-xdist the
 workers collect (xfail marks, shard selection) and run tests; only the controller (or a serial run) gathers the
-reports, compares with the baseline and writes the report.
+reports, lists the run's regressions against the baseline and writes the report.
+
+With ``--baseline``, every process that runs tests (a serial run, each xdist worker) also compares each test's records
+with the baseline as the test's report is made, and turns a passed test whose figures regressed into a failed one: the
+failure then travels like any other to the controller, the terminal summary and ``--junitxml``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from conformance.hardware import get_backend
 from conformance.report import baseline as baseline_mod
 from conformance.report import plots, render, xfails
 from conformance.report import record as results_record
+from conformance.report.checks import RECORD_KEY
 from conformance.report.collect import XFAIL_KEY, Collector
 from conformance.report.shard import split
 from conformance.targets.regression import load_tolerances
@@ -71,7 +76,7 @@ class ReportSession:
             raise pytest.UsageError(f"xfail file: {exc}") from None
         if settings.report_dir is not None:
             check_report_dir(settings.report_dir)
-        if self.baseline_path is not None and not self.is_worker:
+        if self.baseline_path is not None:  # workers too: they compare the records of the tests they run
             try:
                 self.tolerances = load_tolerances()
                 self.baseline = baseline_mod.load_baseline(self.baseline_path, hardware=settings.hardware,
@@ -124,6 +129,20 @@ class ReportSession:
             self.stale = list(output[STALE_KEY])
 
     # ----- reports ------------------------------------------------------------------------------------------------
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: sees the report after the xfail handling
+    def pytest_runtest_makereport(self, item):
+        """A passed test whose records regressed against the baseline fails, naming each regressed record (an expected
+        failure that passed is left as it is: its regressions still fail the run at the end)."""
+        outcome = yield
+        report = outcome.get_result()
+        if self.baseline is None or report.when != "call" or not report.passed or hasattr(report, "wasxfail"):
+            return
+        records = [dict(value) for key, value in item.user_properties if key == RECORD_KEY]
+        found = baseline_mod.compare_test(records, self.baseline["records"], self.tolerances, self.settings.hardware)
+        if found:
+            report.outcome = "failed"
+            report.longrepr = baseline_mod.failure_message(found, self.baseline_path)
+
     def pytest_runtest_logreport(self, report) -> None:
         self.collector.add(report)
 

@@ -26,6 +26,7 @@ class AuditConfig:
     test01_scenarios: tuple[str, ...]
     accuracy_log_rng_seed: int
     accuracy_delta: float
+    performance_delta: float  # TEST01: logged-run score within this share of the plain run's
     test04_scenarios: tuple[str, ...]
     same_index: int
     max_speedup: float
@@ -77,7 +78,7 @@ def load_audit_config(path: Path = AUDIT_FILE) -> AuditConfig:
             fail(f"[{name}].{key} = {value!r}; expected a number > {above:g}")
         return float(value)
 
-    t1 = section("TEST01", ("scenarios", "accuracy_log_rng_seed", "accuracy_delta"))
+    t1 = section("TEST01", ("scenarios", "accuracy_log_rng_seed", "accuracy_delta", "performance_delta"))
     t4 = section("TEST04", ("scenarios", "performance_issue_same_index", "max_speedup", "short_latency_max_speedup",
                             "short_latency_score", "remeasure"))
     same_index = t4["performance_issue_same_index"]
@@ -99,6 +100,7 @@ def load_audit_config(path: Path = AUDIT_FILE) -> AuditConfig:
         test01_scenarios=tuple(t1["scenarios"]),
         accuracy_log_rng_seed=int(t1["accuracy_log_rng_seed"]),
         accuracy_delta=positive("TEST01", "accuracy_delta", t1["accuracy_delta"]),
+        performance_delta=positive("TEST01", "performance_delta", t1["performance_delta"]),
         test04_scenarios=tuple(t4["scenarios"]),
         same_index=same_index,
         max_speedup=positive("TEST04", "max_speedup", t4["max_speedup"], above=1.0),

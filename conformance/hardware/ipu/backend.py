@@ -13,7 +13,9 @@ from conformance.hardware.ipu import fp8_scales
 from conformance.hardware.ipu.ops import Fp8Plan, IpuOps
 from conformance.hardware.ipu.policy import PRECISIONS_FILE, Fp8Settings, Policy, load_precisions
 from conformance.hardware.ipu.simulated import SimulatedIpu
-from conformance.hardware.ipu.timing.cost import default_execution
+from conformance.hardware.ipu.timing.chips import DEVICE_NAMES as CHIP_NAMES
+from conformance.hardware.ipu.timing.chips import get_device
+from conformance.hardware.ipu.timing.cost import calibration_hash, default_execution
 
 
 class IpuPrepared(Prepared):
@@ -37,8 +39,10 @@ class IpuBackend(Backend):
     name = "ipu"
     description = "Graphcore IPU emulator: bit-exact FP16/FP8 numerics in numpy"
     timing = "simulated"
+    chips = CHIP_NAMES
 
-    def __init__(self, precisions_file: Path = PRECISIONS_FILE):
+    def __init__(self, chip: str | None = None, precisions_file: Path = PRECISIONS_FILE):
+        super().__init__(chip)
         self.policies, self.fp8_settings = load_precisions(precisions_file)
         self.precisions = tuple(self.policies)
         self._plans: dict[tuple, tuple[object, Fp8Plan]] = {}
@@ -98,14 +102,20 @@ class IpuBackend(Backend):
         """The simulated IPU for ``model`` at ``precision``, kept per model object for the session (its answers are
         computed once, with the FP8 scales the accuracy tests calibrated on the same model); its timeline is reset for
         each run."""
-        key = (id(model), precision, workload)
+        key = (id(model), precision, workload, self.chip)
         device = self._devices.get(key)
         if device is None or device.samples.model is not model:
-            prepared = self.prepare(model, precision)
-            device = SimulatedIpu(model, precision, workload, default_execution(model.name).packed, prepared.ops)
+            # the ops are prepared (FP8 scales calibrated) when answers are first computed, not before: a run on
+            # virtual time needs none
+            device = SimulatedIpu(model, precision, workload, default_execution(model.name).packed,
+                                  lambda: self.prepare(model, precision).ops(), self.chip)
             self._devices[key] = device
         device.reset()
         return device
+
+    def timing_model(self) -> dict:
+        chip = get_device(self.chip)
+        return {"chip": chip.name, "chip_description": chip.description, "calibration": calibration_hash()}
 
     def versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}

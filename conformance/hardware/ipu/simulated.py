@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.hardware.devices import Samples, ServiceTimeDevice, Workload
+from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE
 from conformance.hardware.ipu.timing.cost import TimingModel, default_execution
 from conformance.hardware.ipu.timing.packing import first_fit
 from conformance.hardware.ipu.timing.trace import trace_model
@@ -16,8 +17,8 @@ class ServiceTimes:
     traced at powers of two up to ``max_units`` and interpolated linearly in between (time is close to linear in the
     batch)."""
 
-    def __init__(self, model, precision: str, max_units: int, device: str = "c600"):
-        timing = TimingModel(device)
+    def __init__(self, model, precision: str, max_units: int, chip: str = DEFAULT_DEVICE):
+        timing = TimingModel(chip)
         execution = default_execution(model.name, packed=False)
         self.sizes = sorted({1, int(max_units), *[2 ** k for k in range(int(max_units).bit_length()) if 2 ** k <= max_units]})
         self.occupancy = []
@@ -41,14 +42,14 @@ class SimulatedIpu(ServiceTimeDevice):
     by 768 x 768 product differ from those of the 2048-row product), and TEST01 compares these answers byte for byte
     with a fresh computation over the same QSL batch."""
 
-    def __init__(self, model, precision: str, workload: Workload, packed: bool, make_ops):
+    def __init__(self, model, precision: str, workload: Workload, packed: bool, make_ops, chip: str = DEFAULT_DEVICE):
         self.samples = Samples(model, workload)
         self.workload = workload
         self.packed = packed
         self.make_ops = make_ops
         self.seq_len = getattr(model.config, "seq_len", None)
         self.lengths = self.samples.sequence_lengths() if packed else None
-        self.times = ServiceTimes(model, precision, workload.max_batch * workload.rows_per_sample)
+        self.times = ServiceTimes(model, precision, workload.max_batch * workload.rows_per_sample, chip)
         super().__init__(self.times, responses={})
 
     def units(self, indices) -> int:

@@ -28,6 +28,7 @@ latency of one batch sent alone (what a lone query sees), both split into comput
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -67,6 +68,12 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> dict:
     if not Path(path).is_file():
         raise FileNotFoundError(f"timing calibration {str(path)!r} is missing; run `ipu-conformance calibrate --write`")
     return load_toml(path)
+
+
+@lru_cache(maxsize=None)
+def calibration_hash(path: Path = CALIBRATION_FILE) -> str:
+    """The first 12 hex digits of the calibration file's SHA-256: which fit a simulated figure comes from."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
 def calibrated_parameters(path: Path = CALIBRATION_FILE) -> Parameters:

@@ -1,0 +1,352 @@
+"""LoadGen's scenarios on virtual time, for devices whose timing is modelled (a discrete-event simulation with SimPy).
+
+A simulated device (:class:`~conformance.hardware.devices.ServiceTimeDevice`: the IPU's timing model, the null device)
+has no reason to depend on the host's clock. Driving it from the real LoadGen's threads made every latency include the
+host's thread wake-up lateness; here the same system runs on a simulated clock instead, so the same inputs give the
+same numbers on any machine load:
+
+- **LoadGen** (:class:`_LoadGen`) generates and issues queries as LoadGen does for each scenario: SingleStream (one
+  sample, the next query when the previous completes), MultiStream (8 contiguous samples per query, likewise), Server
+  (Poisson arrivals at the target QPS from a seeded generator), Offline (one query of every sample); samples are drawn
+  from the loaded set with a seeded generator. Run length, early stopping and VALID/INVALID follow LoadGen's rules
+  (:mod:`conformance.perf.loadgen_rules`).
+- **The system under test** (:class:`_BatchingSUT`) is the batching policy of :class:`conformance.perf.sut.BatchingSUT`:
+  a queue; when the device is free a batch of up to ``max_batch`` queued samples is formed, in the Server scenario
+  after waiting up to ``batch_timeout_s`` from the oldest one for more.
+- **The device** is the backend's own object: ``device.service_time(indices)`` gives a batch's (occupancy, latency)
+  on its timeline; a batch starts when the device is free and completes after its latency.
+
+Performance runs do not compute answers (nobody reads them; TEST01, which does, runs through the real LoadGen).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from conformance.fileio import write_text_atomic
+from conformance.hardware.devices import ServiceTimeDevice
+from conformance.perf import loadgen_rules as rules
+from conformance.perf.harness import (
+    COMPLIANT_MIN_DURATION_MS,
+    METRICS,
+    ScenarioResult,
+    ScenarioSettings,
+    scenario_metric,
+)
+
+# Seeds of the sample choice and of the Server schedule, LoadGen's defaults (the suite sets no other): fixed, so that a
+# run is a function of its inputs. The Server schedule is LoadGen's own for its seed; samples are drawn with numpy.
+SAMPLE_INDEX_SEED = 0
+SCHEDULE_SEED = 0
+SUMMARY_FILE = "simulation_summary.json"
+
+
+@dataclass
+class _Query:
+    scheduled: float  # when LoadGen issues it (virtual seconds from the start)
+    samples: list[int]
+    finished: simpy.Event | None  # for the scenarios that wait for a query before issuing the next
+    pending: int = 0
+
+
+@dataclass
+class SimulationTrace:
+    """What a simulated run measured (virtual seconds)."""
+
+    sample_latencies: list[float] = field(default_factory=list)
+    query_latencies: list[float] = field(default_factory=list)
+    queries_issued: int = 0
+    final_scheduled: float = 0.0
+    final_issued: float = 0.0
+    last_completion: float = 0.0
+    batches: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+class _BatchingSUT:
+    """The batching policy in front of the device (see the module docstring). Queued samples are (query, index)."""
+
+    def __init__(self, env: simpy.Environment, device: ServiceTimeDevice, max_batch: int, batch_timeout_s: float,
+                 trace: SimulationTrace):
+        self.env = env
+        self.device = device
+        self.max_batch = max_batch
+        self.batch_timeout_s = batch_timeout_s
+        self.trace = trace
+        self.queue: deque[tuple[_Query, int]] = deque()
+        self.free_at = 0.0
+        self._arrival: simpy.Event | None = None  # set while the dispatcher waits for a sample
+        env.process(self._dispatch())
+
+    def issue(self, query: _Query) -> None:
+        query.pending = len(query.samples)
+        self.queue.extend((query, i) for i in query.samples)
+        if self._arrival is not None and not self._arrival.triggered:
+            self._arrival.succeed()
+
+    def _wait_for_arrival(self, timeout: float | None = None):
+        self._arrival = self.env.event()
+        if timeout is None:
+            return self._arrival
+        return self.env.any_of([self._arrival, self.env.timeout(timeout)])
+
+    def _dispatch(self):
+        env = self.env
+        while True:
+            if self.free_at > env.now:
+                yield env.timeout(self.free_at - env.now)
+            while not self.queue:
+                yield self._wait_for_arrival()
+            if self.batch_timeout_s > 0:
+                deadline = self.queue[0][0].scheduled + self.batch_timeout_s
+                while len(self.queue) < self.max_batch and deadline > env.now:
+                    yield self._wait_for_arrival(deadline - env.now)
+            batch = [self.queue.popleft() for _ in range(min(self.max_batch, len(self.queue)))]
+            occupancy, latency = self.device.service_time([index for _, index in batch])
+            self.free_at = env.now + occupancy
+            self.trace.batches += 1
+            self.trace.batch_sizes.append(len(batch))
+            done = env.now + latency
+            env.timeout(latency).callbacks.append(lambda _, batch=batch, done=done: self._complete(batch, done))
+
+    def _complete(self, batch: list[tuple[_Query, int]], done: float) -> None:
+        trace = self.trace
+        trace.last_completion = max(trace.last_completion, done)
+        for query, _ in batch:
+            trace.sample_latencies.append(done - query.scheduled)
+            query.pending -= 1
+            if query.pending == 0:
+                trace.query_latencies.append(done - query.scheduled)
+                if query.finished is not None:
+                    query.finished.succeed()
+
+
+class _LoadGen:
+    """Generates and issues the queries of one scenario, as LoadGen does."""
+
+    def __init__(self, env: simpy.Environment, sut: _BatchingSUT, settings: ScenarioSettings, loaded: int,
+                 trace: SimulationTrace):
+        self.env = env
+        self.sut = sut
+        self.settings = settings
+        self.loaded = loaded
+        self.trace = trace
+        self.samples_rng = np.random.default_rng(SAMPLE_INDEX_SEED)
+        self._drawn: list[int] = []
+        self._next = 0
+
+    def _draw(self) -> int:
+        """The next uniformly drawn index into the loaded set (drawn in blocks: one numpy call per 4096)."""
+        if self._next == len(self._drawn):
+            self._drawn = self.samples_rng.integers(0, self.loaded, size=4096).tolist()
+            self._next = 0
+        self._next += 1
+        return self._drawn[self._next - 1]
+
+    def _samples(self, count: int) -> list[int]:
+        if self.settings.scenario == "MultiStream":  # contiguous samples from a random start, as LoadGen pads the set
+            start = self._draw()
+            return [(start + k) % self.loaded for k in range(count)]
+        return [self._draw() for _ in range(count)]
+
+    def run(self):
+        scenario = self.settings.scenario
+        if scenario in ("SingleStream", "MultiStream"):
+            yield from self._one_at_a_time()
+        elif scenario == "Server":
+            yield from self._poisson()
+        else:
+            yield from self._offline()
+
+    def _issue(self, samples: list[int], wait: bool = True) -> _Query:
+        query = _Query(self.env.now, samples, self.env.event() if wait else None)
+        self.trace.queries_issued += 1
+        self.trace.final_scheduled = self.trace.final_issued = self.env.now
+        self.sut.issue(query)
+        return query
+
+    def _one_at_a_time(self):
+        """SingleStream/MultiStream: a query, and the next one when it completes, until LoadGen would stop."""
+        s = self.settings
+        per_query = s.samples_per_query if s.scenario == "MultiStream" else 1
+        generated = rules.generated_query_count(s.scenario, s.min_duration_ms, s.min_query_count,
+                                                expected_latency_ns=s.expected_latency_ns)
+        for _ in range(generated):
+            query = self._issue(self._samples(per_query))
+            if rules.stream_issue_done(self.trace.queries_issued, self.env.now, s.min_duration_ms, s.min_query_count,
+                                       s.max_duration_ms):
+                break
+            yield query.finished
+
+    def _poisson(self):
+        """Server: every generated query at its scheduled time (LoadGen's Poisson schedule from its seed)."""
+        s = self.settings
+        for at in rules.server_schedule(s.target_qps, s.min_duration_ms, s.min_query_count, SCHEDULE_SEED).scheduled_s:
+            if at > self.env.now:
+                yield self.env.timeout(at - self.env.now)
+            self._issue(self._samples(1), wait=False)
+
+    def _offline(self):
+        s = self.settings
+        count = offline_samples(s)
+        loaded = list(range(self.loaded))
+        samples = (loaded * (count // self.loaded + 1))[:count]  # the loaded set repeated, as LoadGen does
+        query = self._issue(samples)
+        yield query.finished
+
+
+def simulate(device: ServiceTimeDevice, settings: ScenarioSettings, *, max_batch: int = 1, batch_timeout_s: float = 0.0,
+             total_sample_count: int | None = None) -> SimulationTrace:
+    """Run one scenario on virtual time and return what it measured."""
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    if settings.scenario == "SingleStream":
+        max_batch = 1
+    env = simpy.Environment()
+    trace = SimulationTrace()
+    sut = _BatchingSUT(env, device, max_batch, batch_timeout_s if settings.scenario == "Server" else 0.0, trace)
+    loadgen = _LoadGen(env, sut, settings, int(settings.performance_sample_count), trace)
+    env.run(env.process(loadgen.run()))
+    env.run()  # the queries still in flight
+    return trace
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
+def _sorted_ns(seconds: list[float]) -> list[int]:
+    """Latencies in whole nanoseconds (as LoadGen records them), sorted."""
+    return np.sort(np.rint(np.asarray(seconds, np.float64) * 1e9).astype(np.int64)).tolist()
+
+
+def offline_samples(settings: ScenarioSettings) -> int:
+    """The samples of Offline's one query, as LoadGen sizes it from the expected QPS and the min duration."""
+    return rules.offline_sample_count(settings.target_qps, settings.min_duration_ms, settings.min_query_count)
+
+
+def summarize(trace: SimulationTrace, settings: ScenarioSettings, log_dir: Path | None) -> ScenarioResult:
+    """The run's result with LoadGen's metric, checks and validity, and its summary written to ``log_dir``."""
+    scenario = settings.scenario
+    sample_ns = _sorted_ns(trace.sample_latencies)
+    query_ns = _sorted_ns(trace.query_latencies)
+    details: dict = {f"result_{rules.percentile_label(p)}_percentile_latency_ns": rules.percentile_value(sample_ns, p)
+                     for p in rules.LOGGED_PERCENTILES} if sample_ns else {}
+    details.update(result_query_count=trace.queries_issued, result_min_latency_ns=sample_ns[0] if sample_ns else None,
+                   result_max_latency_ns=sample_ns[-1] if sample_ns else None,
+                   result_mean_latency_ns=int(np.mean(sample_ns)) if sample_ns else None, batches=trace.batches,
+                   mean_batch_size=float(np.mean(trace.batch_sizes)) if trace.batch_sizes else None)
+    target_ns = _ns(settings.server_latency_ms / 1e3)
+    if scenario == "SingleStream":
+        details["early_stopping_latency_ss"] = rules.early_stopping_estimate(sample_ns, rules.SINGLE_STREAM_PERCENTILE).estimate
+    elif scenario == "MultiStream":
+        details["early_stopping_latency_ms"] = rules.early_stopping_estimate(query_ns, rules.MULTI_STREAM_PERCENTILE).estimate
+        for p in rules.LOGGED_PERCENTILES:
+            details[f"result_{rules.percentile_label(p)}_percentile_per_query_latency_ns"] = (
+                rules.percentile_value(query_ns, p) if query_ns else None)
+    elif scenario == "Server":
+        details["result_scheduled_samples_per_sec"] = (
+            (len(sample_ns) - 1) / trace.final_scheduled if trace.final_scheduled > 0 else None)
+        details["result_completed_samples_per_sec"] = (
+            len(sample_ns) / trace.last_completion if trace.last_completion > 0 else None)
+        details["result_overlatency_query_count"] = sum(1 for x in sample_ns if x > target_ns)
+    else:
+        details["result_samples_per_second"] = len(sample_ns) / trace.last_completion if trace.last_completion else None
+    verdict = rules.validity(scenario, min_duration_ms=settings.min_duration_ms, min_query_count=settings.min_query_count,
+                             queries_issued=trace.queries_issued, sample_latencies=sample_ns, query_latencies=query_ns,
+                             target_latency=target_ns, final_issued_s=trace.final_issued,
+                             final_scheduled_s=trace.final_scheduled, last_completion_s=trace.last_completion,
+                             samples_per_query=(offline_samples(settings) if scenario == "Offline"
+                                                else settings.samples_per_query if scenario == "MultiStream" else 1))
+    details["early_stopping_met"] = verdict.early_stopping_met
+    details["early_stopping_result"] = " ".join(verdict.early_stopping_result.split())
+    metric, units, _ = METRICS[scenario]
+    value, details["metric_basis"] = scenario_metric(scenario, details)
+    result = ScenarioResult(
+        scenario=scenario, valid=verdict.valid, metric=metric, value=value, units=units, checks=verdict.checks,
+        invalid_reason="; ".join(verdict.reasons), compliant_length=settings.min_duration_ms >= COMPLIANT_MIN_DURATION_MS,
+        log_dir=str(log_dir) if log_dir is not None else "", query_count=trace.queries_issued, details=details,
+        issued=len(trace.sample_latencies), completed=len(trace.sample_latencies),
+    )
+    if log_dir is not None:
+        summary = {"scenario": scenario, "clock": "virtual", "settings": {k: getattr(settings, k) for k in (
+            "min_duration_ms", "min_query_count", "max_duration_ms", "performance_sample_count", "expected_latency_s",
+            "target_qps", "server_latency_ms", "samples_per_query")}, "seeds": {"sample_index": SAMPLE_INDEX_SEED,
+            "schedule": SCHEDULE_SEED}, "valid": result.valid, "checks": result.checks,
+            "invalid_reason": result.invalid_reason, "metric": metric, "value": value, "units": units, "details": details}
+        write_text_atomic(Path(log_dir) / SUMMARY_FILE, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    return result
+
+
+def simulate_scenario(device: ServiceTimeDevice, settings: ScenarioSettings, log_dir: Path | None = None, *,
+                      max_batch: int = 1, batch_timeout_s: float = 0.0, total_sample_count: int | None = None,
+                      name: str = "sut") -> ScenarioResult:
+    """One scenario of ``device`` on virtual time: :func:`run_scenario`'s counterpart with the same arguments."""
+    trace = simulate(device, settings, max_batch=max_batch, batch_timeout_s=batch_timeout_s,
+                     total_sample_count=total_sample_count)
+    return summarize(trace, settings, log_dir)
+
+
+@dataclass
+class ClosedLoopResult:
+    """The seed benchmark's closed loop: ``clients`` clients each sending a batch and waiting for it, on one device."""
+
+    clients: int
+    batch_size: int
+    batches: int
+    qps: float  # samples per second
+    avg_latency_ms: float
+    p99_latency_ms: float
+
+
+def simulate_closed_loop(device: ServiceTimeDevice, clients: int, batch_size: int, duration_s: float = 1.0,
+                         warmup_s: float = 0.1) -> ClosedLoopResult:
+    """The closed loop on virtual time for ``duration_s`` after ``warmup_s``; batches sent after the warm-up count."""
+    if clients < 1 or batch_size < 1:
+        raise ValueError(f"closed loop: clients and batch_size must be >= 1, got {clients} and {batch_size}")
+    env = simpy.Environment()
+    latencies: list[float] = []
+    free_at = [0.0]
+    batch = list(range(batch_size))
+    stop_at = warmup_s + duration_s
+
+    def client():
+        while env.now < stop_at:
+            sent = env.now
+            occupancy, latency = device.service_time(batch)
+            start = max(sent, free_at[0])
+            free_at[0] = start + occupancy
+            yield env.timeout(start + latency - sent)
+            if sent >= warmup_s:
+                latencies.append(env.now - sent)
+
+    for _ in range(clients):
+        env.process(client())
+    env.run()
+    lat = np.sort(np.asarray(latencies)) if latencies else np.array([np.nan])
+    return ClosedLoopResult(clients, batch_size, len(latencies), len(latencies) * batch_size / duration_s,
+                            float(np.mean(lat) * 1e3), float(rules.percentile_value(list(lat), 0.99) * 1e3))
+
+
+def max_server_qps(device: ServiceTimeDevice, settings: ScenarioSettings, *, valid_at: float, rel_tol: float = 0.02,
+                   max_batch: int = 1, batch_timeout_s: float = 0.0, total_sample_count: int | None = None,
+                   name: str = "sut") -> float:
+    """The highest Server target QPS at which the run is still VALID (latency bound and early stopping met), as a
+    submitter tunes ``server_target_qps``: bisection to ``rel_tol`` between ``valid_at`` (a QPS known VALID) and the
+    device's capacity (full batches back to back), with the run settings of ``settings``."""
+    occupancy, _ = device.service_time([i % settings.performance_sample_count for i in range(max_batch)])
+    low, high = valid_at, max(valid_at, max_batch / occupancy)
+    while high - low > rel_tol * low:
+        middle = (low + high) / 2
+        probe = dataclasses.replace(settings, target_qps=middle)
+        result = simulate_scenario(device, probe, None, max_batch=max_batch, batch_timeout_s=batch_timeout_s,
+                                   total_sample_count=total_sample_count)
+        low, high = (middle, high) if result.valid else (low, middle)
+    return low
