@@ -149,3 +149,22 @@ def test_unknown_device_is_a_usage_error_listing_the_chips():
     done = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "--hardware", "ipu", "--device", "tpu9",
                            "--collect-only", "-q"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 4 and "tpu9" in done.stderr and "c600, gc200, bow" in done.stderr, done.stderr
+
+
+def test_baseline_of_the_same_commit_passes_and_an_injected_slowdown_fails_in_junit(tmp_path):
+    first = _suite(tmp_path, "first", "-k", "Offline")
+    same = _suite(tmp_path, "same", "-k", "Offline", "--baseline", str(tmp_path / "first" / "results.json"))
+    assert not same["regressions"]
+    faster = json.loads((tmp_path / "first" / "results.json").read_text())  # as if the previous commit were 0.5% faster
+    for record in faster["records"]:
+        if record["check"] == "samples_per_second":
+            record["value"] *= 1.005
+    (tmp_path / "faster.json").write_text(json.dumps(faster))
+    done = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_performance.py", "--hardware", "ipu",
+                           "--model", "widedeep", "--profile", "smoke", "-k", "Offline", "-p", "no:randomly", "-q",
+                           "--baseline", str(tmp_path / "faster.json"), "--junitxml", str(tmp_path / "junit.xml")],
+                          cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout[-2000:]
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'failures="2"' in junit and "regression against the baseline" in junit
+    assert len(first["records"]) == 2
