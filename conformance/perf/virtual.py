@@ -202,8 +202,8 @@ class _LoadGen:
         yield query.finished
 
 
-def simulate(device: ServiceTimeDevice, settings: ScenarioSettings, *, max_batch: int = 1, batch_timeout_s: float = 0.0,
-             total_sample_count: int | None = None) -> SimulationTrace:
+def simulate(device: ServiceTimeDevice, settings: ScenarioSettings, *, max_batch: int = 1,
+             batch_timeout_s: float = 0.0) -> SimulationTrace:
     """Run one scenario on virtual time and return what it measured."""
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -288,9 +288,9 @@ def summarize(trace: SimulationTrace, settings: ScenarioSettings, log_dir: Path 
 def simulate_scenario(device: ServiceTimeDevice, settings: ScenarioSettings, log_dir: Path | None = None, *,
                       max_batch: int = 1, batch_timeout_s: float = 0.0, total_sample_count: int | None = None,
                       name: str = "sut") -> ScenarioResult:
-    """One scenario of ``device`` on virtual time: :func:`run_scenario`'s counterpart with the same arguments."""
-    trace = simulate(device, settings, max_batch=max_batch, batch_timeout_s=batch_timeout_s,
-                     total_sample_count=total_sample_count)
+    """One scenario of ``device`` on virtual time: :func:`~conformance.perf.harness.run_scenario`'s counterpart with the
+    same arguments (``total_sample_count`` and ``name`` only matter to the real LoadGen's QSL and SUT)."""
+    trace = simulate(device, settings, max_batch=max_batch, batch_timeout_s=batch_timeout_s)
     return summarize(trace, settings, log_dir)
 
 
@@ -346,7 +346,6 @@ def max_server_qps(device: ServiceTimeDevice, settings: ScenarioSettings, *, val
     while high - low > rel_tol * low:
         middle = (low + high) / 2
         probe = dataclasses.replace(settings, target_qps=middle)
-        result = simulate_scenario(device, probe, None, max_batch=max_batch, batch_timeout_s=batch_timeout_s,
-                                   total_sample_count=total_sample_count)
+        result = simulate_scenario(device, probe, None, max_batch=max_batch, batch_timeout_s=batch_timeout_s)
         low, high = (middle, high) if result.valid else (low, middle)
     return low
