@@ -6,7 +6,7 @@ import pytest
 
 from conformance.hardware import Backend, get_backend
 from conformance.plugin import SETTINGS_KEY
-from conformance.report.checks import RECORD_KEY, CheckRecord
+from conformance.report.checks import RECORD_KEY, CheckRecord, plain
 from conformance.settings import RunSettings
 from conformance.targets import compare
 from models import load_model
@@ -44,10 +44,12 @@ def model_store() -> ModelStore:
 def record_check(request):
     """Record one gated figure of the current test: ``record_check(kind=..., model=..., precision=..., check=...,
     value=..., target=..., op=">=", units=..., scenario=None, gating=True, details={})``. Returns the CheckRecord;
-    ``passed`` is computed from value, op and target."""
+    ``passed`` is computed from value, op and target. Every field is stored as plain JSON values (numpy numbers as
+    Python ones, NaN as None), so that a record travels from a pytest-xdist worker as it is."""
 
     def record(**fields) -> CheckRecord:
         fields.setdefault("passed", compare(fields.get("value"), fields["op"], fields["target"]))
+        fields = {key: plain(value, f"record_check {key}") for key, value in fields.items()}
         rec = CheckRecord(test_id=request.node.nodeid, **fields)
         request.node.user_properties.append((RECORD_KEY, rec.to_dict()))
         return rec

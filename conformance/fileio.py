@@ -1,10 +1,14 @@
 """Files: atomic writes (a temporary file in the same directory, fsynced, then renamed over the target, so an
-interrupted run leaves either the previous file or the new one, never a half-written one) and TOML loading."""
+interrupted run leaves either the previous file or the new one, never a half-written one), the atomic exchange of two
+directories, and TOML loading."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -47,6 +51,30 @@ def write_text_atomic(path, text: str) -> None:
 def write_bytes_atomic(path, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform != "win32" else None
+_RENAMEAT2 = getattr(_LIBC, "renameat2", None)  # Linux (glibc 2.28+)
+_RENAMEX_NP = getattr(_LIBC, "renamex_np", None)  # macOS
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2  # Linux renameat2 flag
+_RENAME_SWAP = 2  # macOS renamex_np flag
+
+
+def exchange_paths(a, b) -> None:
+    """Swap the two existing paths ``a`` and ``b`` (directories or files) in one step: at every moment each name holds
+    either its old or its new content. An OSError when the system or the file system cannot (ENOSYS, EINVAL, ENOTSUP),
+    or when a path is missing, busy (a mount point) or not writable."""
+    source, target = os.fsencode(os.fspath(a)), os.fsencode(os.fspath(b))
+    if _RENAMEAT2 is not None:
+        status = _RENAMEAT2(_AT_FDCWD, source, _AT_FDCWD, target, _RENAME_EXCHANGE)
+    elif _RENAMEX_NP is not None:
+        status = _RENAMEX_NP(source, target, _RENAME_SWAP)
+    else:
+        raise OSError(errno.ENOSYS, "this system cannot exchange two paths atomically", os.fspath(a), None, os.fspath(b))
+    if status != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), os.fspath(a), None, os.fspath(b))
 
 
 def load_toml(path) -> dict:

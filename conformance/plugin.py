@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy
 import pytest
 
 from conformance.hardware import get_backend, hardware_names
+from conformance.numerics.formats import worker_threads
 from conformance.report import xfails
 from conformance.report.session import ReportSession
 from conformance.report.shard import parse_shard
@@ -20,20 +22,67 @@ from models import MODEL_NAMES, canonical_name
 
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
 REPORT_KEY = pytest.StashKey[ReportSession]()
+THREADS_VARIABLE = "CONFORMANCE_THREADS"
 
 
 def _model_names(value: str) -> list[str]:
-    """argparse type of ``--model``: one name or a comma list, each a known model or alias."""
-    names = []
+    """argparse type of ``--model``: one name or a comma list, each a known model or alias, none empty or repeated."""
+    names: dict[str, str] = {}  # canonical name -> how it was written
     for part in value.split(","):
         part = part.strip()
         if not part:
-            continue
+            raise argparse.ArgumentTypeError(
+                f"{value!r} has an empty model name; expected NAME[,NAME...] with each NAME one of: "
+                f"{', '.join(MODEL_NAMES)}")
         try:
-            names.append(canonical_name(part))
+            name = canonical_name(part)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-    return names
+        if name in names:
+            raise argparse.ArgumentTypeError(f"{value!r} names model {name!r} twice ({names[name]!r} and {part!r})")
+        names[name] = part
+    return list(names)
+
+
+def selected_models(config: pytest.Config) -> tuple[str, ...]:
+    """``--model`` (each model once over all its uses, else a usage error) or all six."""
+    chosen = [name for group in config.getoption("model") for name in group]
+    repeated = sorted({name for name in chosen if chosen.count(name) > 1})
+    if repeated:
+        raise pytest.UsageError(f"--model: {', '.join(map(repr, repeated))} given more than once (an alias counts as "
+                                f"the model it names); give each model once")
+    return tuple(chosen) if chosen else MODEL_NAMES
+
+
+def check_threads() -> None:
+    """``CONFORMANCE_THREADS``, read by the emulator's kernels, is valid (a usage error naming it otherwise)."""
+    try:
+        worker_threads()
+    except ValueError:
+        raise pytest.UsageError(
+            f"environment variable {THREADS_VARIABLE}={os.environ.get(THREADS_VARIABLE)!r} is not a positive integer; "
+            f"set it to 1 or more (1 turns the emulator's threading off) or unset it (default: the cores, at most 8)"
+        ) from None
+
+
+def selected_xfail_file(config: pytest.Config, hardware: str) -> Path:
+    """``--xfail-file`` (a readable file, else a usage error naming the path), or the hardware's own file (which may
+    be missing: no known failures)."""
+    given = config.getoption("xfail_file")
+    path = Path(given) if given is not None else xfails.xfail_file(hardware)
+    if given is None and not path.exists():
+        return path
+    if not path.exists():
+        raise pytest.UsageError(f"--xfail-file {path}: no such file")
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise pytest.UsageError(f"--xfail-file {path}: {kind}; expected a known-failures file")
+    try:
+        path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise pytest.UsageError(f"--xfail-file {path}: cannot read it ({reason})") from None
+    return path
 
 
 def _shard(value: str):
@@ -180,10 +229,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    chosen = [name for group in config.getoption("model") for name in group]
-    models = tuple(dict.fromkeys(chosen)) if chosen else MODEL_NAMES
+    """Check every option (and ``CONFORMANCE_THREADS``) before any test runs, then open the report."""
+    models = selected_models(config)
     hardware = config.getoption("hardware")
-    config.stash[SETTINGS_KEY] = RunSettings(
+    check_threads()
+    settings = RunSettings(
         hardware=hardware,
         models=models,
         profile=config.getoption("profile"),
@@ -192,14 +242,19 @@ def pytest_configure(config: pytest.Config) -> None:
         diagnose=config.getoption("diagnose"),
         baseline=config.getoption("baseline"),
         shard=config.getoption("shard"),
-        xfail_file=Path(config.getoption("xfail_file") or xfails.xfail_file(hardware)),
+        xfail_file=selected_xfail_file(config, hardware),
         device=selected_device(config),
         real_time_loadgen=config.getoption("real_time_loadgen"),
     )
-    check_targets_runnable(config.stash[SETTINGS_KEY])
+    check_targets_runnable(settings)
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
-    config.stash[REPORT_KEY] = ReportSession(config, config.stash[SETTINGS_KEY])
-    config.pluginmanager.register(config.stash[REPORT_KEY], "conformance-report")
+    report = ReportSession(config, settings)
+    config.stash[REPORT_KEY] = report
+    config.add_cleanup(report.close)
+    report.open()  # last: locks the report directory (released by the cleanup, whatever happens next)
+    config.pluginmanager.register(report, "conformance-report")
+    # the tests write their artifacts and LoadGen logs into the run's staging directory (settings.report_dir)
+    config.stash[SETTINGS_KEY] = report.test_settings()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

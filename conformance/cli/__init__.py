@@ -1,11 +1,19 @@
 """The ``ipu-conformance`` command. Each subcommand lives in its own module exposing
-``add_arguments(parser)`` and ``run(args) -> int``; this file only wires them together."""
+``add_arguments(parser)`` and ``run(args) -> int``; this file only wires them together.
+
+Exit status: a subcommand's verdict (0, or 1 for a failing one); the command's own errors are never 1: 2 for bad
+arguments or unusable input (an error the subcommand raises: ValueError or OSError), 3 for an internal error (a bug:
+any other exception, with its traceback) and where the subcommand says so (``report``: its output cannot be written)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import traceback
+
+EXIT_ERROR = 2  # bad arguments (argparse's code too) or unusable input
+EXIT_INTERNAL_ERROR = 3
 
 # subcommand -> (module, one-line help)
 SUBCOMMANDS = {
@@ -32,9 +40,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)
-    except (ValueError, FileNotFoundError, PermissionError) as exc:
+    except (ValueError, OSError) as exc:  # the command's own errors: never 1, which a failing verdict uses
         print(f"ipu-conformance {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
+    except Exception:  # noqa: BLE001 - a bug: the traceback, and the internal-error code pytest uses too
+        traceback.print_exc()
+        print(f"ipu-conformance {args.command}: internal error (the traceback above)", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":

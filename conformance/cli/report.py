@@ -2,7 +2,8 @@
 
 Several files (the shards of one run, e.g. from ``pytest --shard i/n`` on n machines) are merged into one table; files
 from different settings or commits, or overlapping ones, are refused. The exit status is the verdict: 0 PASS, 1 FAIL
-(also for an incomplete set of shards), 2 for unusable input.
+(also for an incomplete set of shards); the command's own errors have other codes: 2 for unusable input (and bad
+arguments), 3 when ``--out`` or ``--merged-json`` cannot be written.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from conformance.fileio import write_text_atomic
 from conformance.report import record as results_record
 from conformance.report import render
 from conformance.report.merge import MergeError, merge
+
+EXIT_PASS, EXIT_FAIL, EXIT_UNUSABLE_INPUT, EXIT_CANNOT_WRITE = 0, 1, 2, 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,12 +36,17 @@ def run(args) -> int:
         results = merge(named)
     except (results_record.ResultsError, MergeError) as exc:
         print(f"ipu-conformance report: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNUSABLE_INPUT
     text = render.FORMATS[args.format](results)
+    for path, write in ((args.out, lambda p: write_text_atomic(p, text)),
+                        (args.merged_json, lambda p: results_record.write(p, results))):
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:
+            print(f"ipu-conformance report: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_CANNOT_WRITE
     if args.out is None:
         sys.stdout.write(text)
-    else:
-        write_text_atomic(args.out, text)
-    if args.merged_json is not None:
-        results_record.write(args.merged_json, results)
-    return 0 if results["verdict"] == "PASS" else 1
+    return EXIT_PASS if results["verdict"] == "PASS" else EXIT_FAIL

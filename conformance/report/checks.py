@@ -9,11 +9,20 @@ Performance and audit records say in their ``details`` how their figure was obta
 a measured one). Records without them (accuracy records, older results files) have no stated timing. A performance
 record may also say ``"clock"``: ``"virtual"`` (the simulation's own time) or ``"real"`` (the real LoadGen on the host's
 clock, which a simulated device runs on as a cross-check).
+
+Everything in a record is a plain JSON value (:func:`plain`: numpy scalars and arrays become Python numbers and lists,
+NaN and infinities None, as ``results.json`` writes them), so that the records travel from pytest-xdist's workers and
+a serial run and a parallel one record the same.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
+
+import numpy as np
 
 RECORD_KEY = "conformance_check"
 TIMING_KEY = "timing"
@@ -39,6 +48,40 @@ class CheckRecord:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def plain(value, where: str = "value"):
+    """``value`` as plain JSON types, recursively: numpy scalars and arrays to Python numbers and lists, tuples and sets
+    to lists, paths to strings, NaN and infinities to None; a TypeError naming ``where`` for anything else."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (np.generic, np.ndarray)):
+        return plain(value.tolist(), where)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_key(k, where): plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return [plain(v, f"{where}[...]") for v in sorted(value, key=repr)]
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"{where} is a {type(value).__name__}, which is not a JSON value (numbers, strings, booleans, None, "
+                    f"lists and string-keyed objects)")
+
+
+def _key(key, where: str) -> str:
+    """A dict key as JSON has them: a string (a number, bool or None written as json.dumps writes it)."""
+    if isinstance(key, np.generic):
+        key = key.item()
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, int, float)):
+        return json.dumps(key)
+    raise TypeError(f"{where} has a key of type {type(key).__name__}; JSON objects have string keys")
 
 
 def timing_of(record: dict) -> str | None:

@@ -8,11 +8,20 @@ reports, lists the run's regressions against the baseline and writes the report.
 With ``--baseline``, every process that runs tests (a serial run, each xdist worker) also compares each test's records
 with the baseline as the test's report is made, and turns a passed test whose figures regressed into a failed one: the
 failure then travels like any other to the controller, the terminal summary and ``--junitxml``.
+
+With ``--report-dir``, the controller (or a serial run) locks the report directory and stages the run's report in a
+directory of its own (:mod:`conformance.report.reportdir`); the tests write their artifacts and LoadGen logs there
+(``settings.report_dir`` of the tests is the staging directory; workers are told it), and at the end the report is
+rendered into it and swapped in whole. A run that ran no test (``--collect-only``, nothing selected) leaves the
+previous report as it was. A report that cannot be written is an internal error (exit 3) naming the path and the
+OS error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -26,16 +35,22 @@ from conformance.report import plots, render, xfails
 from conformance.report import record as results_record
 from conformance.report.checks import RECORD_KEY
 from conformance.report.collect import XFAIL_KEY, Collector
+from conformance.report.reportdir import ReportDirBusy, ReportDirectory
 from conformance.report.shard import split
 from conformance.targets.regression import load_tolerances
 from models import MODEL_NAMES
 
 STALE_KEY = "conformance_stale_xfails"
+STAGING_KEY = "conformance_report_staging"  # workerinput: the staging directory the workers' tests write into
 SUITE_DIR = Path(__file__).resolve().parent.parent
 
 
 class StaleXfailWarning(pytest.PytestWarning):
     """An entry of the xfail file matches no test of the run: the test was renamed or removed."""
+
+
+class ReportDirWarning(pytest.PytestWarning):
+    """The run took over the report directory from a run that was killed (a stale lock, leftovers removed)."""
 
 
 def check_report_dir(path) -> None:
@@ -70,11 +85,15 @@ class ReportSession:
         self.baseline = None
         self.tolerances = None
         self.results = None
+        self.report_dir = settings.report_dir  # where the report goes (the tests write into the staging directory)
+        self.directory: ReportDirectory | None = None  # the locked report directory (controller or serial run)
+        self.staging: Path | None = None
+        self.write_error: str | None = None
         try:
             self.xfail_entries = xfails.load(self.xfail_path)
         except ValueError as exc:
             raise pytest.UsageError(f"xfail file: {exc}") from None
-        if settings.report_dir is not None:
+        if settings.report_dir is not None and not self.is_worker:
             check_report_dir(settings.report_dir)
         if self.baseline_path is not None:  # workers too: they compare the records of the tests they run
             try:
@@ -83,6 +102,53 @@ class ReportSession:
                                                            profile=settings.profile)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
+
+    # ----- the report directory -----------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Lock the report directory and create the staging directory the tests write into (a run that will run no
+        test, ``--collect-only``, does neither); a worker takes the controller's staging directory. Call
+        :meth:`close` at the end (also after an error)."""
+        if self.report_dir is None:
+            return
+        if self.is_worker:
+            staging = self.config.workerinput.get(STAGING_KEY)
+            self.staging = Path(staging) if staging else None
+            return
+        if self.config.getoption("collectonly", False):
+            return
+        directory = ReportDirectory(self.report_dir)
+        try:
+            directory.acquire()
+        except ReportDirBusy as exc:
+            raise pytest.UsageError(str(exc)) from None
+        except OSError as exc:
+            raise pytest.UsageError(f"--report-dir {self.report_dir}: cannot lock it ({exc.strerror or exc})") from None
+        self.directory = directory
+        try:
+            self.staging = directory.stage()
+        except OSError as exc:
+            raise pytest.UsageError(f"--report-dir {self.report_dir}: cannot create the run's staging directory "
+                                    f"({exc.strerror or exc})") from None
+        for note in directory.notes:
+            self.config.issue_config_time_warning(ReportDirWarning(note), stacklevel=2)
+
+    def close(self) -> None:
+        """Drop what is still staged and unlock the report directory."""
+        if self.directory is not None:
+            self.directory.release()
+            self.directory = None
+
+    def test_settings(self):
+        """The settings the tests see: their ``report_dir`` is the staging directory of the run."""
+        if self.staging is None:
+            return self.settings
+        return dataclasses.replace(self.settings, report_dir=self.staging)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        """xdist controller: tell each worker where the run's report is staged."""
+        if self.staging is not None:
+            node.workerinput[STAGING_KEY] = str(self.staging)
 
     # ----- collection: known failures, then the shard -------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
@@ -156,10 +222,22 @@ class ReportSession:
                                                                      self.settings.hardware)]
             if regressions and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        report_dir = self.settings.report_dir
+        report_dir = self.report_dir
+        if not tests:  # nothing ran (--collect-only, nothing collected or selected): the previous report stays
+            if self.directory is not None:
+                self.directory.discard()
+            return
         if report_dir is None and not records and not regressions and not self.stale:
             return
-        plot_info = plots.write_plots(report_dir, records) if report_dir is not None else None
+        if self.staging is not None:  # the tests named the staging directory: name the report directory instead
+            tests, records = _moved(tests, self.staging, report_dir), _moved(records, self.staging, report_dir)
+        staging = self.staging if self.directory is not None else None
+        plot_info, plot_error = None, None
+        if staging is not None:
+            try:
+                plot_info = plots.write_plots(staging, records)
+            except Exception as exc:  # noqa: BLE001 - reported below as a failure to write the report
+                plot_error = exc
         self.results = results_record.build(
             settings=self.settings, backend=get_backend(self.settings.hardware), profile=self.settings.profile_data,
             tests=tests, records=records, exit_status=int(session.exitstatus),
@@ -167,8 +245,18 @@ class ReportSession:
             xfail_file=self.xfail_path, baseline=self.baseline_path, stale_xfails=self.stale, regressions=regressions,
             plots=plot_info,
         )
-        if report_dir is not None:
-            write_report(report_dir, self.results)
+        if staging is None:
+            return
+        try:
+            if plot_error is not None:
+                raise plot_error
+            write_report(staging, self.results)
+            self.directory.commit()
+        except Exception as exc:  # noqa: BLE001 - any failure to write is an internal error, never a verdict
+            self.directory.discard()
+            self.write_error = f"the report could not be written to {report_dir}/: {_describe_error(exc)}"
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            sys.stderr.write(f"ERROR: conformance: {self.write_error}; the previous report there is unchanged\n")
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.results is None:
@@ -176,9 +264,36 @@ class ReportSession:
         terminalreporter.section("conformance")
         for line in render.terminal(self.results).rstrip("\n").splitlines():
             terminalreporter.write_line(line)
-        if self.settings.report_dir is not None:
-            terminalreporter.write_line(f"report: {self.settings.report_dir}/ (results.json, "
+        if self.write_error is not None:
+            terminalreporter.write_line(f"report: NOT written: {self.write_error} (exit status "
+                                        f"{int(pytest.ExitCode.INTERNAL_ERROR)})", red=True, bold=True)
+        elif self.report_dir is not None:
+            terminalreporter.write_line(f"report: {self.report_dir}/ (results.json, "
                                         f"{', '.join(render.REPORT_FILES)}, plots: {self.results['plots']['status']})")
+
+
+def _describe_error(exc: BaseException) -> str:
+    """An OSError as ``<path>: <strerror> (errno N)``; anything else as its type and message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror} (errno {exc.errno})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _moved(value, staging: Path, report_dir: Path):
+    """``value`` (tests or records) with every mention of the staging directory changed to the report directory."""
+    old, new = str(staging), str(report_dir)
+    if isinstance(value, str):
+        if old not in value:
+            return value
+        if new == ".":  # as Path(".") / "loadgen" names it
+            value = value.replace(old + os.sep, "")
+        return value.replace(old, new)
+    if isinstance(value, dict):
+        return {k: _moved(v, staging, report_dir) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_moved(v, staging, report_dir) for v in value]
+    return value
 
 
 def write_report(report_dir, results: dict) -> None:

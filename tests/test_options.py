@@ -1,0 +1,86 @@
+"""Options of the main job are checked before any test runs: each bad value is a usage error (exit 4) that names the
+option (or environment variable) and the value, and no test body runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from models import MODEL_NAMES
+
+SUITE = """
+import pathlib
+
+
+def test_ran():
+    pathlib.Path(__file__).with_name("ran").touch()
+"""
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.makeini("[pytest]\nfilterwarnings = ignore::pytest.PytestAssertRewriteWarning\n")
+    pytester.path.joinpath("xfails-dir").mkdir()
+    pytester.path.joinpath("binary.txt").write_bytes(b"\xff\xfe\x00[permanent]\n")
+    return pytester
+
+
+BAD_OPTIONS = [
+    # (id, arguments, environment, a line of the message)
+    ("model-empty", ["--model", ""], {}, "*argument --model: '' has an empty model name*"),
+    ("model-comma", ["--model", ","], {}, "*argument --model: ',' has an empty model name*"),
+    ("model-trailing-comma", ["--model", "resnet50,"], {}, "*argument --model: 'resnet50,' has an empty model name*"),
+    ("model-blank", ["--model", " "], {}, "*argument --model: ' ' has an empty model name*"),
+    ("model-twice-in-list", ["--model", "resnet50,widedeep,resnet50"], {},
+     "*argument --model: 'resnet50,widedeep,resnet50' names model 'resnet50' twice ('resnet50' and 'resnet50')*"),
+    ("model-alias-twice-in-list", ["--model", "bert,bert-base"], {},
+     "*argument --model: 'bert,bert-base' names model 'bert-base' twice ('bert' and 'bert-base')*"),
+    ("model-repeated-option", ["--model", "widedeep", "--model", "conformer,widedeep"], {},
+     "*--model: 'widedeep' given more than once*"),
+    ("model-repeated-alias", ["--model", "resnet50-v1.5", "--model", "resnet50"], {},
+     "*--model: 'resnet50' given more than once (an alias counts as the model it names)*"),
+    ("xfail-file-missing", ["--xfail-file", "missing.txt"], {}, "*--xfail-file missing.txt: no such file*"),
+    ("xfail-file-directory", ["--xfail-file", "xfails-dir"], {},
+     "*--xfail-file xfails-dir: a directory; expected a known-failures file*"),
+    ("xfail-file-unreadable", ["--xfail-file", "binary.txt"], {}, "*--xfail-file binary.txt: cannot read it (*utf-8*"),
+    ("threads-zero", [], {"CONFORMANCE_THREADS": "0"},
+     "*environment variable CONFORMANCE_THREADS='0' is not a positive integer*"),
+    ("threads-word", [], {"CONFORMANCE_THREADS": "two"},
+     "*environment variable CONFORMANCE_THREADS='two' is not a positive integer*"),
+    ("threads-negative", [], {"CONFORMANCE_THREADS": "-2"}, "*CONFORMANCE_THREADS='-2' is not a positive integer*"),
+    ("threads-fraction", [], {"CONFORMANCE_THREADS": "1.5"}, "*CONFORMANCE_THREADS='1.5' is not a positive integer*"),
+    ("threads-blank", [], {"CONFORMANCE_THREADS": " "}, "*CONFORMANCE_THREADS=' ' is not a positive integer*"),
+    ("threads-superscript", [], {"CONFORMANCE_THREADS": "\u00b2"}, "*CONFORMANCE_THREADS='\u00b2' is not a positive*"),
+]
+
+
+@pytest.mark.parametrize("args, env, message", [case[1:] for case in BAD_OPTIONS], ids=[case[0] for case in BAD_OPTIONS])
+def test_bad_option_is_usage_error_before_any_test(suite, monkeypatch, args, env, message):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = suite.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert not (suite.path / "ran").exists()
+
+
+def test_empty_model_message_lists_the_models(suite):
+    result = suite.runpytest("--model", "")
+    assert all(name in result.stderr.str() for name in MODEL_NAMES)
+
+
+@pytest.mark.parametrize("args, env", [
+    (["--model", "bert", "--model", "resnet50,widedeep"], {}),
+    (["--model", " resnet50 , widedeep "], {}),
+    ([], {"CONFORMANCE_THREADS": "1"}),
+    ([], {"CONFORMANCE_THREADS": "12"}),
+    ([], {"CONFORMANCE_THREADS": ""}),  # empty: as if unset
+    (["--xfail-file", "empty.txt"], {}),
+], ids=["models-distinct", "models-spaced", "threads-1", "threads-12", "threads-empty", "xfail-file-empty"])
+def test_good_options_run(suite, monkeypatch, args, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    suite.path.joinpath("empty.txt").write_text("")
+    result = suite.runpytest(*args)
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    assert (suite.path / "ran").exists()
