@@ -57,6 +57,8 @@ class Model:
     def __init__(self, config, params: dict[str, np.ndarray]):
         self.config = config
         self.params = params
+        # dtype name -> number of tensors, as stored in the checkpoint the parameters came from ({} for seeded weights)
+        self.checkpoint_dtypes: dict[str, int] = dict(getattr(params, "checkpoint_dtypes", {}))
 
     # -- to implement --------------------------------------------------------------------------------------------
     @property
@@ -77,6 +79,11 @@ class Model:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"
+
+    @property
+    def half_precision_checkpoint(self) -> bool:
+        """Whether any parameter came from a float16 or bfloat16 checkpoint tensor (widened to float32 on loading)."""
+        return any(dtype in HALF_PRECISION_DTYPES for dtype in self.checkpoint_dtypes)
 
     @property
     def num_parameters(self) -> int:
@@ -133,10 +140,45 @@ def apply_overrides(config, overrides: dict[str, Any]):
     converted = {}
     for key, value in overrides.items():
         current = getattr(config, key)
-        if isinstance(value, str) and not isinstance(current, str):
-            value = type(current)(json.loads(value)) if not isinstance(current, bool) else value.lower() in ("1", "true", "yes")
+        if isinstance(value, str) and current is not None and not isinstance(current, str):
+            value = _parse_field(f"{type(config).__name__}.{key}", value, current)
         converted[key] = value
     return dataclasses.replace(config, **converted)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _parse_field(field: str, text: str, current):
+    """``text`` as the type of ``current`` (the field's default); a ValueError naming the field and the expected type."""
+    raw = text.strip()
+    try:
+        if isinstance(current, bool):
+            if raw.lower() not in _TRUE + _FALSE:
+                raise ValueError
+            return raw.lower() in _TRUE
+        if isinstance(current, int):
+            return int(raw)
+        if isinstance(current, float):
+            return float(raw)
+        if isinstance(current, (tuple, list)):
+            items = json.loads(raw)
+            if not isinstance(items, list):
+                raise ValueError
+            kind = type(current[0]) if current else None
+            if kind is not None and not all(isinstance(v, kind) and not isinstance(v, bool) for v in items):
+                raise ValueError
+            return type(current)(items)
+    except (ValueError, json.JSONDecodeError):
+        pass
+    else:
+        return text
+    expected = {bool: "a bool (true/false, yes/no, 1/0)", int: "an integer", float: "a number"}.get(type(current))
+    if expected is None:
+        inner = f" of {type(current[0]).__name__}" if isinstance(current, (tuple, list)) and current else ""
+        example = json.dumps(list(current)) if isinstance(current, (tuple, list)) else ""
+        expected = f"a JSON list{inner}" + (f" such as {example}" if example else "")
+    raise ValueError(f"config field {field} expects {expected}, got {text!r}")
 
 
 def checkpoint_config(defaults, fields: dict[str, Any], source: str):
@@ -175,6 +217,20 @@ class ParamInit:
         return np.full(shape, value, np.float32)
 
 
+# Tensor dtypes a checkpoint may hold: all are read as float32 (the half-precision ones widened exactly).
+CHECKPOINT_FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+HALF_PRECISION_DTYPES = ("float16", "bfloat16")
+
+
+class CheckpointParams(dict):
+    """The float32 parameters :func:`take_params` returns, with ``checkpoint_dtypes``: the dtype each tensor had in the
+    checkpoint -> how many tensors had it (what :attr:`Model.checkpoint_dtypes` reports)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.checkpoint_dtypes: dict[str, int] = {}
+
+
 def read_checkpoint(directory) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """``config.json`` and ``model.safetensors`` of a transformers ``save_pretrained`` directory (never unpickles)."""
     path = Path(directory)
@@ -204,10 +260,21 @@ def take_params(tensors: dict[str, np.ndarray], expected: dict[str, tuple[int, .
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise CheckpointError(f"{source}: missing tensor {missing[0]!r} of shape {tuple(expected[missing[0]])}{more}")
-    params = {}
+    params = CheckpointParams()
     for name, shape in expected.items():
         arr = tensors[name]
         if tuple(arr.shape) != tuple(shape):
             raise CheckpointError(f"{source}: tensor {name!r} has shape {tuple(arr.shape)}, expected {tuple(shape)}")
-        params[name] = np.ascontiguousarray(arr, dtype=np.float32)
+        dtype = str(arr.dtype)
+        if dtype not in CHECKPOINT_FLOAT_DTYPES:
+            raise CheckpointError(f"{source}: tensor {name!r} in model.safetensors has dtype {dtype}; expected a float dtype "
+                                  f"({', '.join(CHECKPOINT_FLOAT_DTYPES)})")
+        value = np.ascontiguousarray(arr, dtype=np.float32)
+        finite = np.isfinite(value)
+        if not finite.all():
+            bad = int(value.size - np.count_nonzero(finite))
+            raise CheckpointError(f"{source}: tensor {name!r} in model.safetensors has {bad} non-finite value(s) (NaN or Inf) "
+                                  f"of {value.size}")
+        params[name] = value
+        params.checkpoint_dtypes[dtype] = params.checkpoint_dtypes.get(dtype, 0) + 1
     return params

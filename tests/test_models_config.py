@@ -7,9 +7,12 @@ import dataclasses
 import json
 import re
 
+import ml_dtypes
+import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
 
-from models import CheckpointError, albert, bert, roformer
+from models import CheckpointError, albert, bert, roformer, widedeep
 from models.base import read_checkpoint
 from models.encoder import IGNORED_CONFIG_KEYS, TransformerConfig
 
@@ -121,3 +124,107 @@ def test_config_json_that_is_not_an_object(tmp_path, content):
     (tmp_path / "model.safetensors").write_bytes(b"not read")
     with pytest.raises(CheckpointError, match=re.escape(f"{str(tmp_path / 'config.json')!r} is not a JSON object")):
         read_checkpoint(tmp_path)
+
+
+# -- checkpoint tensor dtypes and values (models.base.take_params) ---------------------------------------------------
+WIDE = dict(bucket_sizes=(5, 7), num_numeric=3, embedding_dim=4, hidden_sizes=(8,))
+FIRST = ("wide.categorical.0.weight",)
+
+
+def _widedeep_checkpoint(tmp_path, convert=None, name="ckpt"):
+    """A small widedeep checkpoint; ``convert(name, array)`` rewrites its tensors (safetensors.numpy.save_file)."""
+    model = widedeep.load(**WIDE)
+    path = widedeep.save_checkpoint(model, tmp_path / name)
+    if convert is not None:
+        tensors = {k: convert(k, np.asarray(v)) for k, v in model.params.items()}
+        save_file(tensors, str(path / "model.safetensors"))
+    return model, path
+
+
+def test_float32_checkpoint_records_its_dtype(tmp_path):
+    model, path = _widedeep_checkpoint(tmp_path)
+    loaded = widedeep.load(path)
+    assert loaded.checkpoint_dtypes == {"float32": len(model.params)} and not loaded.half_precision_checkpoint
+    assert model.checkpoint_dtypes == {}  # seeded weights
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_half_precision_checkpoint_is_widened_and_recorded(tmp_path, dtype):
+    model, path = _widedeep_checkpoint(tmp_path, lambda k, v: v.astype(dtype))
+    loaded = widedeep.load(path)
+    name = np.dtype(dtype).name
+    assert loaded.checkpoint_dtypes == {name: len(model.params)} and loaded.half_precision_checkpoint
+    for key, value in loaded.params.items():
+        assert value.dtype == np.float32
+        np.testing.assert_array_equal(value, model.params[key].astype(dtype).astype(np.float32))
+
+
+def test_torch_bfloat16_checkpoint(tmp_path):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file as torch_save
+    model, path = _widedeep_checkpoint(tmp_path)
+    torch_save({k: torch.from_numpy(np.array(v)).to(torch.bfloat16) for k, v in model.params.items()}, str(path / "model.safetensors"))
+    loaded = widedeep.load(path)
+    assert loaded.checkpoint_dtypes == {"bfloat16": len(model.params)}
+    first = next(iter(model.params))
+    expected = torch.from_numpy(np.array(model.params[first])).to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(loaded.params[first], expected)
+
+
+def test_mixed_dtypes_are_counted(tmp_path):
+    model, path = _widedeep_checkpoint(tmp_path, lambda k, v: v.astype(np.float16) if k == FIRST[0] else v)
+    loaded = widedeep.load(path)
+    assert loaded.checkpoint_dtypes == {"float16": 1, "float32": len(model.params) - 1}
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_, np.uint8])
+def test_non_float_tensor_is_refused_naming_file_tensor_and_dtype(tmp_path, dtype):
+    _, path = _widedeep_checkpoint(tmp_path, lambda k, v: v.astype(dtype) if k == FIRST[0] else v)
+    message = f"tensor {FIRST[0]!r} in model.safetensors has dtype {np.dtype(dtype).name}; expected a float dtype"
+    with pytest.raises(CheckpointError, match=re.escape(message)) as exc:
+        widedeep.load(path)
+    assert str(path) in str(exc.value)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_are_refused_with_their_count(tmp_path, bad):
+    def poison(key, value):
+        if key != FIRST[0]:
+            return value
+        value = value.copy()
+        value.flat[:2] = bad
+        return value
+    model, path = _widedeep_checkpoint(tmp_path, poison)
+    size = np.size(model.params[FIRST[0]])
+    message = f"tensor {FIRST[0]!r} in model.safetensors has 2 non-finite value(s) (NaN or Inf) of {size}"
+    with pytest.raises(CheckpointError, match=re.escape(message)) as exc:
+        widedeep.load(path)
+    assert str(path) in str(exc.value)
+
+
+def test_non_finite_half_precision_value_is_refused(tmp_path):
+    def poison(key, value):
+        value = value.astype(np.float16)
+        if key == FIRST[0]:
+            value = value.copy()
+            value.flat[0] = np.inf
+        return value
+    _, path = _widedeep_checkpoint(tmp_path, poison)
+    with pytest.raises(CheckpointError, match="1 non-finite value"):
+        widedeep.load(path)
+
+
+def test_safetensors_numpy_reads_bfloat16(tmp_path):
+    """The numpy loader returns ml_dtypes.bfloat16 arrays, which read_checkpoint passes on to take_params to widen."""
+    save_file({"x": np.array([1.5, -2.0], ml_dtypes.bfloat16)}, str(tmp_path / "bf16.safetensors"))
+    assert load_file(str(tmp_path / "bf16.safetensors"))["x"].dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+def test_config_overrides_name_the_field_and_type():
+    from models.base import apply_overrides
+    config = bert.BertConfig()
+    assert apply_overrides(config, {"seq_len": "128"}).seq_len == 128
+    with pytest.raises(ValueError, match=re.escape("config field BertConfig.seq_len expects an integer, got 'abc'")):
+        apply_overrides(config, {"seq_len": "abc"})
+    with pytest.raises(ValueError, match=re.escape("config field BertConfig.layer_norm_eps expects a number, got 'x'")):
+        apply_overrides(config, {"layer_norm_eps": "x"})

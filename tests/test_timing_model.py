@@ -3,6 +3,7 @@ fitted within the error the calibration reports, and the ``predict`` command's o
 
 from __future__ import annotations
 
+import dataclasses as dc
 import json
 
 import pytest
@@ -18,7 +19,7 @@ from conformance.hardware.ipu.timing.cost import (
     memory_fit,
 )
 from conformance.hardware.ipu.timing.packing import first_fit, packing_stats
-from conformance.hardware.ipu.timing.predict import JSON_KEYS, predict
+from conformance.hardware.ipu.timing.predict import JSON_KEYS, extrapolated_trace, memory_estimate, model_trace, predict
 from conformance.hardware.ipu.timing.trace import OpRecord, Trace, data_types, trace_model
 
 SMALL_BERT = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512, seq_len=64)
@@ -166,3 +167,12 @@ def _model(name, overrides):
 
 def _small_bert():
     return _model("bert-base", SMALL_BERT)
+
+
+@pytest.mark.parametrize("model, overrides", [("resnet50", {"image_size": 64}), ("bert-base", SMALL_BERT), ("widedeep", {})])
+def test_extrapolated_trace_equals_the_real_trace(model, overrides):
+    for batch in (1, 7):
+        fake, real = extrapolated_trace(model, batch, "fp16", overrides), model_trace(model, batch, "fp16", overrides)
+        assert [dc.asdict(op) for op in fake.ops] == [dc.asdict(op) for op in real.ops]
+        assert (fake.input_bytes, fake.output_bytes, fake.weight_bytes) == (real.input_bytes, real.output_bytes, real.weight_bytes)
+        assert memory_estimate(model, batch, "fp16", "c600", overrides) == memory_fit(real, get_device("c600"))

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 import traceback
+
+import conformance
 
 EXIT_ERROR = 2  # bad arguments (argparse's code too) or unusable input
 EXIT_INTERNAL_ERROR = 3
@@ -24,8 +27,17 @@ SUBCOMMANDS = {
 }
 
 
+def package_version() -> str:
+    """The installed distribution's version; the package's own ``__version__`` where it is not installed."""
+    try:
+        return importlib.metadata.version("ipu-conformance")
+    except importlib.metadata.PackageNotFoundError:
+        return conformance.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ipu-conformance", description="IPU conformance suite tools.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
         mod = importlib.import_module(module)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE, DEVICE_NAMES
 from conformance.hardware.ipu.timing.cost import default_execution
-from conformance.hardware.ipu.timing.predict import predict
+from conformance.hardware.ipu.timing.predict import memory_estimate, predict
 from models import canonical_name
 
 
@@ -22,9 +23,19 @@ def _key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="model name (albert, bert-base, conformer, resnet50, roformer, widedeep, or an alias)")
-    parser.add_argument("--batch-size", type=int, required=True, help="samples per device batch (packs, for packed models)")
+    parser.add_argument("--batch-size", type=_positive_int, required=True, help="samples per device batch (packs, for packed models)")
     parser.add_argument("--precision", required=True, help="fp16, fp16-half-partials, fp8, fp8-weights or fp32")
     parser.add_argument("--device", default=DEFAULT_DEVICE, type=str.lower,
                         help=f"IPU: {', '.join(DEVICE_NAMES)} (default: %(default)s)")
@@ -35,7 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     packing = parser.add_mutually_exclusive_group()
     packing.add_argument("--packing", dest="packed", action="store_true", default=None, help="pack sequences (BERT-like models)")
     packing.add_argument("--no-packing", dest="packed", action="store_false", help="one padded sequence per row")
-    parser.add_argument("--clients", type=int, default=None, help="also show the seed benchmark's closed loop with this many clients")
+    parser.add_argument("--clients", type=_positive_int, default=None,
+                        help="also show the seed benchmark's closed loop with this many clients (>= 1)")
+    parser.add_argument("--allow-overflow", action="store_true",
+                        help="print the estimate even when the batch does not fit in the device's SRAM (exit 0, not 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -44,6 +58,14 @@ def run(args) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     overrides = dict(args.overrides)
+    # The SRAM fit first, from small traces: an oversized batch is never allocated.
+    fit = memory_estimate(name, args.batch_size, args.precision, args.device, overrides)
+    if not fit.fits and not args.allow_overflow:
+        print(f"ipu-conformance predict: {name} batch {args.batch_size} does not fit: needs {fit.total_bytes / 1e6:.1f} MB "
+              f"(weights {fit.weight_bytes / 1e6:.1f} MB + peak activations {fit.activation_bytes / 1e6:.1f} MB), "
+              f"capacity {fit.sram_bytes / 1e6:.0f} MB of SRAM on {args.device}; use a smaller --batch-size, or "
+              "--allow-overflow for the estimate anyway", file=sys.stderr)
+        return 1
     execution = default_execution(name, io_tiles=args.io_tiles, batches_per_step=args.batches_per_step, packed=args.packed,
                                   clients=args.clients)
     prediction = predict(name, args.batch_size, args.precision, args.device, overrides=overrides, execution=execution)
@@ -66,4 +88,6 @@ def run(args) -> int:
     print(f"  execution: {data['io_tiles']} I/O tiles, {data['batches_per_step']} batches per step")
     print(f"  closed loop with {execution.clients} clients: {closed['qps']:,.1f} QPS, mean latency {closed['avg_latency_ms']:.3f} ms")
     print("  " + prediction.memory.message("SRAM"))
+    if not prediction.memory.fits:
+        print("  (estimate printed because of --allow-overflow: the batch does NOT fit in the device's SRAM)")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -16,7 +17,7 @@ from conformance.hardware.ipu.timing.cost import (
     memory_fit,
 )
 from conformance.hardware.ipu.timing.packing import PackingStats, packing_stats
-from conformance.hardware.ipu.timing.trace import Trace, data_types, trace_model
+from conformance.hardware.ipu.timing.trace import OpRecord, Trace, data_types, trace_model
 from models import canonical_name, load_model
 
 # Keys of Prediction.to_json(); the README documents them and a test checks them.
@@ -51,6 +52,74 @@ def _trace(name: str, overrides: tuple, batch_size: int, precision: str) -> Trac
 def model_trace(name: str, batch_size: int, precision: str, overrides: dict | None = None) -> Trace:
     data_types(precision)  # unknown precision: a clear error before loading anything
     return _trace(canonical_name(name), tuple(sorted((overrides or {}).items())), int(batch_size), precision)
+
+
+# Traces at these batch sizes give every per-op quantity as an affine function of the batch (the third checks it).
+# Batch 1 is not one of them: a batch of one broadcasts nothing that a larger batch does.
+_PROBE_BATCHES = (2, 3, 4)
+_NUMERIC_FIELDS = tuple(f.name for f in dataclasses.fields(OpRecord)
+                        if f.type in ("float", "int"))
+
+
+def _identity(op: OpRecord) -> tuple:
+    """What must not change with the batch for a trace to be extrapolated."""
+    return (op.op, op.name, op.kind, op.compute_type, op.sources, op.weight_operand, op.reduction, op.folded,
+            len(op.out_shape))
+
+
+def _affine(v1, v2, v3, batch: int):
+    """``v`` at ``batch`` from its values at the three probe batches; None when they are not affine in the batch."""
+    step = v2 - v1
+    if abs((v3 - v2) - step) > 1e-9 * max(1.0, abs(v3)):
+        return None
+    value = v1 + step * (batch - _PROBE_BATCHES[0])
+    return int(value) if isinstance(v1, int) and isinstance(v2, int) else float(value)
+
+
+def extrapolated_trace(name: str, batch_size: int, precision: str, overrides: dict | None = None) -> Trace | None:
+    """The trace at ``batch_size`` built from the (small, cached) traces at batches 2, 3 and 4, without running the model
+    on ``batch_size`` samples, so nothing per-sample is allocated; None where the ops or their sizes are not affine in
+    the batch (then only a real trace tells). Batches up to the largest probe are traced as they are."""
+    if batch_size <= _PROBE_BATCHES[-1]:
+        return model_trace(name, batch_size, precision, overrides)
+    t1, t2, t3 = (model_trace(name, b, precision, overrides) for b in _PROBE_BATCHES)
+    if not len(t1.ops) == len(t2.ops) == len(t3.ops):
+        return None
+    ops = []
+    for a, b, c in zip(t1.ops, t2.ops, t3.ops):
+        if not _identity(a) == _identity(b) == _identity(c):
+            return None
+        values = {}
+        for field_name in _NUMERIC_FIELDS:
+            value = _affine(getattr(a, field_name), getattr(b, field_name), getattr(c, field_name), batch_size)
+            if value is None:
+                return None
+            values[field_name] = value
+        shape = tuple(_affine(x, y, z, batch_size) for x, y, z in zip(a.out_shape, b.out_shape, c.out_shape))
+        if any(s is None for s in shape):
+            return None
+        ops.append(dataclasses.replace(a, out_shape=shape, **values))
+    totals = {}
+    for field_name in ("input_bytes", "output_bytes", "weight_bytes"):
+        value = _affine(getattr(t1, field_name), getattr(t2, field_name), getattr(t3, field_name), batch_size)
+        if value is None:
+            return None
+        totals[field_name] = float(value)
+    return Trace(model=t1.model, precision=precision, batch_size=int(batch_size), ops=ops, **totals)
+
+
+def memory_estimate(model: str, batch_size: int, precision: str, device: str = DEFAULT_DEVICE,
+                    overrides: dict | None = None) -> MemoryFit:
+    """SRAM needed by a batch of ``batch_size`` against ``device``'s capacity, from small traces (no per-sample arrays
+    are allocated, so it is safe to call before anything large)."""
+    if batch_size < 1:
+        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+    name = canonical_name(model)
+    dev = get_device(device)
+    trace = extrapolated_trace(name, int(batch_size), precision, overrides)
+    if trace is None:
+        trace = model_trace(name, batch_size, precision, overrides)
+    return memory_fit(trace, dev)
 
 
 @dataclass
@@ -118,7 +187,11 @@ def predict(model: str, batch_size: int, precision: str, device: str = DEFAULT_D
     overrides = dict(overrides or {})
     execution = execution or default_execution(name)
     timing = timing or TimingModel(dev, params)
-    trace = model_trace(name, batch_size, precision, overrides)
+    trace = None
+    if not memory_estimate(name, batch_size, precision, dev.name, overrides).fits:
+        trace = extrapolated_trace(name, int(batch_size), precision, overrides)  # does not run the oversized batch
+    if trace is None:
+        trace = model_trace(name, batch_size, precision, overrides)
     packing = None
     if execution.packed:
         seq_len = getattr(load_traced_model(name, overrides).config, "seq_len", None)

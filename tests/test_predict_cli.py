@@ -1,0 +1,82 @@
+"""``ipu-conformance predict`` and ``--version``: usage errors (2), an oversized batch (1, unless --allow-overflow),
+config overrides parsed by the field's type."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import conformance
+from conformance.cli import main, package_version
+
+BASE = ["predict", "resnet50", "--precision", "fp16"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x"])
+def test_clients_below_one_is_a_usage_error(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(BASE + ["--batch-size", "2", "--clients", value])
+    assert exc.value.code == 2
+    assert "--clients" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_batch_size_below_one_is_a_usage_error(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(BASE + ["--batch-size", value])
+    assert exc.value.code == 2
+    assert "--batch-size: must be >= 1" in capsys.readouterr().err
+
+
+def test_oversized_batch_fails_with_the_numbers_before_allocating(capsys):
+    assert main(BASE + ["--batch-size", "100000"]) == 1
+    err = capsys.readouterr().err
+    assert "does not fit" in err and "needs 481740.8 MB" in err and "capacity 900 MB" in err and "--allow-overflow" in err
+
+
+def test_allow_overflow_prints_the_estimate_saying_it_does_not_fit(capsys):
+    assert main(BASE + ["--batch-size", "100000", "--allow-overflow"]) == 0
+    out = capsys.readouterr().out
+    assert "does NOT fit" in out and "throughput:" in out
+    assert main(BASE + ["--batch-size", "100000", "--allow-overflow", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["sram"]["fits"] is False and data["batch_size"] == 100000
+
+
+def test_a_batch_that_fits_is_unchanged(capsys):
+    assert main(BASE + ["--batch-size", "4", "--clients", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["sram"]["fits"] is True and data["closed_loop"]["clients"] == 1
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("image_size=abc", "config field ResNetConfig.image_size expects an integer, got 'abc'"),
+    ("image_size=1.5", "config field ResNetConfig.image_size expects an integer, got '1.5'"),
+    ("downsample_in_first_stage=maybe", "config field ResNetConfig.downsample_in_first_stage expects a bool"),
+    ("depths=3", "config field ResNetConfig.depths expects a JSON list of int such as [3, 4, 6, 3], got '3'"),
+])
+def test_set_values_are_parsed_by_the_field_type(setting, message, capsys):
+    assert main(BASE + ["--batch-size", "2", "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "JSON" not in err.replace("JSON list", "")
+
+
+def test_set_values_that_parse(capsys):
+    assert main(BASE + ["--batch-size", "2", "--set", "image_size=112", "depths=[1, 1, 1, 1]", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config_overrides"] == {"image_size": "112", "depths": "[1, 1, 1, 1]"}
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ipu-conformance {package_version()}"
+    assert package_version() == conformance.__version__
+
+
+def test_version_subprocess():
+    done = subprocess.run([sys.executable, "-c", "import sys; from conformance.cli import main; sys.exit(main())", "--version"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("ipu-conformance ")
