@@ -3,7 +3,7 @@
 The file holds bucket headers and one entry per line, ``<test id>  <reason>``::
 
     [temporarily-failing]
-    test_accuracy[conformer-fp8]  SNR 2 dB short of target after the softmax change; issue 12
+    test_accuracy[conformer-fp8]  SNR 2 dB short of target after the softmax change
 
 A test id is a test's name with its parameters (``test_accuracy[bert-base-fp8]``) or a full node id
 (``conformance/test_accuracy.py::test_accuracy[bert-base-fp8]``); ``*`` matches any characters, nothing else is special.

@@ -1,5 +1,5 @@
 """Speed of the numerics emulator against the tools it replaces, timed in the same run (16M float32 values; matmul
-384x768 @ 768x3072 on an FP16 grid). Targets (subject / baseline, from issue 3): quantize f143 at scale -3 <= 0.25x
+384x768 @ 768x3072 on an FP16 grid). Targets (subject / baseline): quantize f143 at scale -3 <= 0.25x
 ml_dtypes' float8_e4m3fnuz round trip; quantize f16 <= 0.5x numpy's float16 round trip; matmul with float partials
 <= 1.3x numpy float32 ``@``, with half partials <= 6x. quantize against a plain copy (the limit) is printed too."""
 
