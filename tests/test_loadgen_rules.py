@@ -21,7 +21,7 @@ from scipy.special import betainc
 
 from conformance.hardware.devices import ServiceTimeDevice
 from conformance.perf import loadgen_rules as rules
-from conformance.perf.harness import ScenarioSettings, read_detail_log
+from conformance.perf.harness import ScenarioSettings, loadgen_log_settings, read_detail_log
 from conformance.perf.sut import BatchingSUT
 
 SERVICE_S = 2e-4
@@ -50,12 +50,7 @@ class Run:
         log_dir.mkdir(parents=True, exist_ok=True)
         qsl = lg.ConstructQSL(8, 8, lambda indices: None, lambda indices: None)
         sut = BatchingSUT(device, max_batch=max_batch)
-        output = lg.LogOutputSettings()
-        output.outdir = str(log_dir)
-        output.copy_summary_to_stdout = False
-        log_settings = lg.LogSettings()
-        log_settings.log_output = output
-        log_settings.enable_trace = True
+        log_settings = loadgen_log_settings(log_dir, trace=True)
         try:
             lg.StartTestWithLogSettings(sut.sut, qsl, settings.loadgen_settings(), log_settings)
         finally:

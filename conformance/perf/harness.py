@@ -196,6 +196,17 @@ def parse_result(scenario: str, log_dir: Path, min_duration_ms: int) -> Scenario
     )
 
 
+def loadgen_log_settings(log_dir: Path, trace: bool = False):
+    """LoadGen's log settings: its logs in ``log_dir``, the summary not echoed, the per-sample trace when asked for."""
+    output = lg.LogOutputSettings()
+    output.outdir = str(log_dir)
+    output.copy_summary_to_stdout = False
+    settings = lg.LogSettings()
+    settings.log_output = output
+    settings.enable_trace = trace
+    return settings
+
+
 def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | None = None, *, max_batch: int = 1,
                  batch_timeout_s: float = 0.0, total_sample_count: int | None = None, name: str = "sut") -> ScenarioResult:
     """One LoadGen run of ``settings.scenario`` against ``device``; LoadGen's logs go to ``log_dir`` (a new temporary
@@ -220,12 +231,7 @@ def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | Non
     qsl = lg.ConstructQSL(total, int(settings.performance_sample_count), guarded(device.load), guarded(device.unload))
     sut = BatchingSUT(device, max_batch=max_batch, batch_timeout_s=batch_timeout_s if settings.scenario == "Server" else 0.0,
                       name=name)
-    output = lg.LogOutputSettings()
-    output.outdir = str(log_dir)
-    output.copy_summary_to_stdout = False
-    log_settings = lg.LogSettings()
-    log_settings.log_output = output
-    log_settings.enable_trace = False
+    log_settings = loadgen_log_settings(log_dir)
     start = time.perf_counter()
     try:
         lg.StartTestWithLogSettings(sut.sut, qsl, settings.loadgen_settings(), log_settings)
