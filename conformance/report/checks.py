@@ -44,6 +44,10 @@ class CheckRecord:
     scenario: str | None = None
     units: str = ""
     gating: bool = True  # informational checks (the 99.9% tier) are reported but do not fail the test
+    # For a task-metric gate judged with a confidence interval: True when the interval's conservative bound clears the
+    # target (the verdict is established), False when only the point estimate does ("PASS, not established");
+    # None for checks without an interval. ``details["ci95"]`` then holds the [low, high] 95% interval of ``value``.
+    established: bool | None = None
     details: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
