@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,19 +41,26 @@ def test_readme_documents_every_top_level_key(sample):
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda d: d.pop("git"), "lacks key 'git'"),
+        (lambda d: d.pop("git"), "x.json: git: missing"),
         (lambda d: d.update(schema="ipu-conformance/results/0"), "schema 'ipu-conformance/results/0'"),
-        (lambda d: d.update(exit_status="0"), "exit_status is str, expected int"),
-        (lambda d: d["records"][0].pop("target"), "records[0] lacks key 'target'"),
-        (lambda d: d["records"][1].update(value="fast"), "records[1].value is str"),
-        (lambda d: d["records"][0].update(op="=="), "records[0].op '=='"),
-        (lambda d: d["tests"][0].update(outcome="flaky"), "tests[0].outcome 'flaky'"),
-        (lambda d: d["settings"].pop("profile"), "settings lacks key 'profile'"),
+        (lambda d: d.update(exit_status="0"), "x.json: exit_status: Input should be a valid integer (found '0')"),
+        (lambda d: d["records"][0].pop("target"), "x.json: records[0].target: missing"),
+        (lambda d: d["records"][1].update(value="fast"), "x.json: records[1].value: Input should be a valid integer"),
+        (lambda d: d["records"][1].update(value=True), "records[1].value: "),
+        (lambda d: d["records"][0].update(op="=="), "records[0].op: Input should be '>=' or '<=' (found '==')"),
+        (lambda d: d["records"][0].update(established="yes"), "records[0].established: Input should be a valid boolean"),
+        (lambda d: d["tests"][0].update(outcome="flaky"), "tests[0].outcome: Input should be 'passed'"),
+        (lambda d: d["settings"].pop("profile"), "settings.profile: missing"),
+        (lambda d: d.update(notes="x"), "x.json: notes: not a key of the schema"),
+        (lambda d: d["plots"]["files"]["bert-base-fp8"].append("/tmp/out/plots/a.png"),
+         "plots.files.bert-base-fp8[2]: expected a path relative to the report directory"),
+        (lambda d: d["plots"]["files"]["bert-base-fp8"].append("../other/plots/a.png"),
+         "plots.files.bert-base-fp8[2]: expected a path relative to the report directory"),
     ],
 )
 def test_schema_violations_are_named(sample, mutate, message):
     mutate(sample)
-    with pytest.raises(results_record.ResultsError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(results_record.ResultsError, match=re.escape(message)):
         results_record.validate(sample, source="x.json")
 
 
@@ -128,3 +136,27 @@ def test_build_fills_every_key(tmp_path):
     assert results["profile"]["samples"] == {"bert-base": 2}
     assert results["git"]["commit"] is None or len(results["git"]["commit"]) == 40
     assert results["packages"]["numpy"]
+
+
+SCHEMA_FILE = Path(results_record.__file__).with_name("results.schema.json")
+
+
+def test_published_schema_is_generated_from_the_model():
+    """conformance/report/results.schema.json is what the pydantic model gives (regenerate: UPDATE_SNAPSHOTS=1)."""
+    import os
+
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
+        SCHEMA_FILE.write_text(results_record.schema_json())
+    assert SCHEMA_FILE.read_text() == results_record.schema_json(), \
+        f"{SCHEMA_FILE} is out of date; rerun with UPDATE_SNAPSHOTS=1 and review"
+
+
+def test_published_schema_agrees_with_the_validator(sample):
+    """Any JSON Schema validator reading the published file accepts what validate() accepts and refuses the rest."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    assert not list(validator.iter_errors(sample))
+    sample["records"][0]["value"] = "fast"
+    sample["plots"]["files"]["bert-base-fp8"][0] = "/abs/plots/x.png"
+    assert {tuple(e.absolute_path) for e in validator.iter_errors(sample)} == {
+        ("records", 0, "value"), ("plots", "files", "bert-base-fp8", 0)}

@@ -33,6 +33,9 @@ import subprocess
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from conformance.fileio import write_text_atomic
 
@@ -42,15 +45,143 @@ PACKAGES = ("ipu-conformance", "numpy", "scipy", "ml_dtypes", "mlcommons-loadgen
             "matplotlib", "torch")
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 
-# key -> type(s) of the top-level fields and of each test and record
-_TOP = {"schema": str, "created": str, "verdict": str, "exit_status": int, "interrupted": bool, "machine": dict,
-        "git": dict, "packages": dict, "hardware": dict, "settings": dict, "profile": dict, "tests": list,
-        "records": list, "stale_xfails": list, "regressions": list, "plots": dict, "merged_from": list}
-_SETTINGS = {"hardware": str, "profile": str, "models": list}
-_TEST = {"id": str, "outcome": str, "duration_s": (int, float), "message": str}
-_RECORD = {"id": str, "test_id": str, "kind": str, "model": str, "precision": str, "check": str,
-           "value": (int, float, type(None)), "target": (int, float, type(None)), "op": str, "passed": bool,
-           "gating": bool, "units": str, "details": dict, "outcome": str}
+# ----- the schema: pydantic models of the file; results.schema.json is generated from them -----------------------------
+# Known structures refuse keys they do not know (a typo is an error); the parts that backends and tests extend (machine,
+# hardware, settings, tests, records and their details) accept more keys, each known key still checked by type.
+
+_RELATIVE = r"^(?![/\\]|[A-Za-z]:)(?!(.*[/\\])?\.\.([/\\]|$)).+$"  # relative, no '..' segment
+Outcome = Literal["passed", "failed", "error", "skipped", "xfailed", "xpassed"]
+Number = Union[StrictInt, StrictFloat]
+RelativePath = Annotated[str, Field(pattern=_RELATIVE, description="a path relative to the report directory")]
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", regex_engine="python-re")
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow", regex_engine="python-re")
+
+
+class Machine(_Open):
+    platform: str
+    python: str
+    processor: str
+    cpu_count: Optional[StrictInt]
+    hostname: str
+
+
+class Git(_Closed):
+    commit: Optional[str]
+    dirty: Optional[bool]
+
+
+class Hardware(_Open):
+    name: str
+    description: str
+    precisions: list[str]
+    versions: dict[str, Any]
+    timing: Optional[Literal["measured", "simulated"]] = Field(
+        None, description="how the backend's latencies are obtained; absent from files written before it was recorded")
+
+
+class Settings(_Open):
+    hardware: str
+    profile: str
+    models: list[str]
+    shard: Optional[str] = Field(pattern=r"^[0-9]+/[0-9]+$")
+    xfail_file: Optional[str]
+    baseline: Optional[str]
+
+
+class Profile(_Open):
+    name: str
+    description: str
+    samples: dict[str, StrictInt]
+    batch_size: dict[str, StrictInt]
+
+
+class XfailEntry(_Open):
+    test_id: str
+    bucket: str
+    reason: str
+    source: str
+
+
+class Test(_Open):
+    id: str
+    outcome: Outcome
+    duration_s: Number = Field(ge=0)
+    message: str = Field(description="the whole failure or skip reason, as the terminal shows it")
+    xfail: Optional[XfailEntry]
+
+
+class Record(_Open):
+    id: str = Field(description="kind/model/precision/scenario/check, stable across runs")
+    test_id: str
+    kind: Literal["reference", "accuracy", "performance", "audit"]
+    model: str
+    precision: str
+    scenario: Optional[str] = None
+    check: str
+    value: Optional[Number] = Field(description="null when not measured (NaN is written as null)")
+    target: Optional[Number]
+    op: Literal[">=", "<="]
+    passed: bool
+    units: str
+    gating: bool = Field(description="false: reported, not gated")
+    established: Optional[bool] = Field(None, description="for a gate judged with a 95% interval: whether the interval "
+                                        "clears the target (details.ci95); null or absent without an interval")
+    details: dict[str, Any]
+    outcome: Outcome
+
+
+class Regression(_Open):
+    id: str
+    test_id: str
+    check: str
+    units: str
+    op: Literal[">=", "<="]
+    baseline: Optional[Number]
+    value: Optional[Number]
+    allowed: Optional[Number]
+    message: str
+
+
+class Plots(_Closed):
+    status: Literal["written", "skipped", "none"]
+    reason: str
+    files: dict[str, list[RelativePath]]
+
+
+class MergedFrom(_Open):
+    path: str
+    shard: Optional[str]
+    created: str
+
+
+class ResultsFile(_Closed):
+    """results.json (see the module docstring)."""
+
+    model_config = ConfigDict(title="ipu-conformance results.json")
+    schema_: Literal["ipu-conformance/results/1"] = Field(alias="schema")
+    created: str = Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$")
+    verdict: Literal["PASS", "FAIL"]
+    exit_status: StrictInt
+    interrupted: bool
+    machine: Machine
+    git: Git
+    packages: dict[str, Optional[str]]
+    hardware: Hardware
+    settings: Settings
+    profile: Profile
+    tests: list[Test]
+    records: list[Record]
+    stale_xfails: list[XfailEntry]
+    regressions: list[Regression]
+    plots: Plots
+    merged_from: list[MergedFrom]
+    missing_shards: list[str] = Field(None, description="only in a merged record of an incomplete split")
 
 
 class ResultsError(ValueError):
@@ -166,31 +297,63 @@ def write(path, results: dict) -> None:
 
 
 def validate(data, source: str = "results.json") -> dict:
-    """Check the schema; a ResultsError naming the file and the first problem."""
-    def need(obj, spec, where):
-        if not isinstance(obj, dict):
-            raise ResultsError(f"{source}: {where} is {type(obj).__name__}, expected an object")
-        for key, kind in spec.items():
-            if key not in obj:
-                raise ResultsError(f"{source}: {where} lacks key {key!r}")
-            if not isinstance(obj[key], kind) or (kind in (int, (int, float)) and isinstance(obj[key], bool)):
-                names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-                raise ResultsError(f"{source}: {where}.{key} is {type(obj[key]).__name__}, expected {names}")
-
+    """Check ``data`` against the schema (:class:`ResultsFile`); a ResultsError naming the file and the first
+    offending field (``records[3].value: ...``)."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ResultsError(f"{source}: not an ipu-conformance results file (schema {found!r}, expected {SCHEMA!r})")
-    need(data, _TOP, "the file")
-    need(data["settings"], _SETTINGS, "settings")
-    for i, test in enumerate(data["tests"]):
-        need(test, _TEST, f"tests[{i}]")
-        if test["outcome"] not in OUTCOMES:
-            raise ResultsError(f"{source}: tests[{i}].outcome {test['outcome']!r} is not one of {OUTCOMES}")
-    for i, record in enumerate(data["records"]):
-        need(record, _RECORD, f"records[{i}]")
-        if record["op"] not in (">=", "<="):
-            raise ResultsError(f"{source}: records[{i}].op {record['op']!r}, expected '>=' or '<='")
+    try:
+        ResultsFile.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        where = field_path(errors[0]["loc"])
+        same = [e for e in errors if field_path(e["loc"]) == where]  # a union's members each report their error
+        texts = list(dict.fromkeys(_error_text(e) for e in same))
+        raise ResultsError(f"{source}: {where}: {' / '.join(texts)}{_found(same[0])}") from None
     return data
+
+
+# the location parts pydantic adds for the members of a union (``value.int``), which are no keys of the file
+_UNION_TAGS = {"int", "float", "str", "bool", "none", "list", "dict"}
+
+
+def field_path(loc) -> str:
+    """A pydantic error location as a path into the file: ``records[3].details``; ``the file`` for the top level."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part in _UNION_TAGS or "[" in part:
+            continue
+        else:
+            text += f".{part}" if text else part
+    return text or "the file"
+
+
+def _error_text(error: dict) -> str:
+    if error["type"] == "missing":
+        return "missing (every key of the schema is always present)"
+    if error["type"] == "extra_forbidden":
+        return "not a key of the schema"
+    if error["type"] == "string_pattern_mismatch" and (error.get("ctx") or {}).get("pattern") == _RELATIVE:
+        return "expected a path relative to the report directory"
+    return error["msg"]
+
+
+def _found(error: dict) -> str:
+    if error["type"] in ("missing", "extra_forbidden"):
+        return ""
+    found = error.get("input")
+    shown = repr(found) if isinstance(found, (str, int, float, bool, type(None))) else type(found).__name__
+    return f" (found {shown[:80]})"
+
+
+def schema_json() -> str:
+    """The published JSON Schema of results.json (``conformance/report/results.schema.json``), generated from
+    :class:`ResultsFile`."""
+    schema = ResultsFile.model_json_schema(by_alias=True)
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA, **schema}
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
 def load(path) -> dict:
