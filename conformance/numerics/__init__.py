@@ -10,9 +10,13 @@ Public API::
     conv2d(x, w, *, stride=1, padding=0, dilation=1, groups=1, partials="float", operand_format="f16", block=None,
            rounding="nearest", rng=None, out_format="f16", overflow="sat")    -> float32 array (N, O, Ho, Wo)
 
+    round_op(op, a, b, fmt="f16", *, scale=0, overflow="sat", out=None)         -> quantize(a op b), one fused pass
+    kernel_path("numpy" | "numba")                                              -> context manager: which kernels run
+
 ``fmt`` is one of ``FORMAT_NAMES`` = ("f16", "f143", "f152"); values are d = q * 2**scale (FP8 only).
 """
 
+from conformance.numerics.compiled import KERNEL_PATHS, active_path, kernel_path
 from conformance.numerics.formats import (
     FORMAT_NAMES,
     OVERFLOW_MODES,
@@ -24,22 +28,27 @@ from conformance.numerics.formats import (
     format_info,
     quantize,
     round_inplace,
+    round_op,
 )
 from conformance.numerics.kernels import DEFAULT_BLOCK, PARTIALS, conv2d, matmul
 
 __all__ = [
     "DEFAULT_BLOCK",
     "FORMAT_NAMES",
+    "KERNEL_PATHS",
     "OVERFLOW_MODES",
     "PARTIALS",
     "ROUNDING_MODES",
     "SCALE_RANGE",
     "FormatInfo",
+    "active_path",
     "conv2d",
     "decode",
     "encode",
     "format_info",
+    "kernel_path",
     "matmul",
     "quantize",
     "round_inplace",
+    "round_op",
 ]

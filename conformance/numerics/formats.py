@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from conformance.numerics import compiled
+
 FORMAT_NAMES = ("f16", "f143", "f152")
 OVERFLOW_MODES = ("sat", "nan")
 ROUNDING_MODES = ("nearest", "stochastic")
@@ -308,6 +310,11 @@ def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale:
     see :class:`_NearestRounding`. Large arrays are split over the worker threads (:func:`run_split`)."""
     rounding = nearest_rounding(info.name, scale, overflow, signed_zero, x.dtype.type)
     xs, ys = x.reshape(-1), out.reshape(-1)
+    kernels = compiled.jit() if x.dtype == np.float32 else None
+    if kernels is not None:
+        run_split(xs.size, lambda lo, hi: compiled.binary_round_span(
+            kernels, "copy", xs[lo:hi], xs[lo:hi], ys[lo:hi], 1, 1, hi - lo, False, rounding))
+        return
 
     def piece(lo: int, hi: int) -> None:
         with np.errstate(invalid="ignore"):  # signalling NaNs in x (errstate is per thread)
@@ -392,6 +399,77 @@ def round_inplace(y: np.ndarray, fmt: str, *, scale: int = 0, overflow: str = "s
         y[...] = _round_stochastic(y, info, scale, overflow, rng)
     else:
         _round_nearest_into(y, y, info, scale, overflow)
+    return y
+
+
+_NUMPY_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+
+
+def _single_axis_broadcast(shape: tuple, b_shape: tuple) -> tuple[int, int, int] | None:
+    """(outer, mid, inner) when ``b_shape`` broadcasts to ``shape`` along every axis but at most one, on which it has
+    ``shape``'s size (a bias per row, per channel, or one value per softmax row); None otherwise."""
+    if len(b_shape) > len(shape):
+        return None
+    padded = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
+    kept = [axis for axis, (size, b_size) in enumerate(zip(shape, padded)) if b_size != 1]
+    if any(padded[axis] != shape[axis] for axis in kept) or len(kept) > 1:
+        return None
+    if not kept:
+        return 1, 1, int(np.prod(shape, dtype=np.int64))
+    axis = kept[0]
+    return (int(np.prod(shape[:axis], dtype=np.int64)), int(shape[axis]),
+            int(np.prod(shape[axis + 1:], dtype=np.int64)))
+
+
+def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str = "sat", out=None) -> np.ndarray:
+    """``quantize(a op b)`` with ``op`` computed in float32 (``np.add(a, b, dtype=np.float32)`` etc.) and rounded to
+    nearest even onto ``fmt``'s grid in the same pass on the compiled path. ``op``: "add", "sub", "mul" or "div";
+    numpy broadcasting. ``out``: a writeable C-contiguous float32 array of the result's shape to write into (may be
+    ``a``); a new array otherwise. The numpy path (and any operands the compiled loop does not take: other dtypes,
+    non-contiguous, broadcasting along more than one axis of ``b`` or any of ``a``) computes the op with numpy and
+    rounds it in place: the same bits."""
+    info = format_info(fmt)
+    scale = _check_scale(info, scale)
+    check_choice("overflow", overflow, OVERFLOW_MODES)
+    check_choice("op", op, tuple(_NUMPY_OPS))
+    a, b = np.asarray(a), np.asarray(b)
+    for what, arr in (("a", a), ("b", b)):
+        if arr.dtype not in (np.float16, np.float32, np.float64):
+            raise TypeError(f"round_op operand {what} must be a float16, float32 or float64 array, got dtype {arr.dtype}")
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if out is not None and (not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous
+                            or not out.flags.writeable or out.shape != shape):
+        raise TypeError(f"round_op out must be a writeable C-contiguous float32 array of shape {shape}, got "
+                        f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}")
+    kernels = compiled.jit()
+    split = None
+    if (kernels is not None and a.dtype == np.float32 and b.dtype == np.float32 and a.shape == shape
+            and a.flags.c_contiguous and b.flags.c_contiguous):
+        split = (0, 0, 0) if b.shape == shape else _single_axis_broadcast(shape, b.shape)
+    if split is None:
+        y = _NUMPY_OPS[op](a, b, dtype=np.float32, out=out)
+        if y.size:
+            _round_nearest_into(y, y, info, scale, overflow)
+        return y
+    y = np.empty(shape, np.float32) if out is None else out
+    if y.size == 0:
+        return y
+    rounding = nearest_rounding(info.name, scale, overflow)
+    af, bf, yf = a.reshape(-1), b.reshape(-1), y.reshape(-1)
+    if split == (0, 0, 0):
+        run_split(yf.size, lambda lo, hi: compiled.binary_round_span(
+            kernels, op, af[lo:hi], bf[lo:hi], yf[lo:hi], 1, 1, hi - lo, True, rounding))
+        return y
+    outer, mid, inner = split
+    if outer > 1:  # parts of whole outer rows
+        row = mid * inner
+        run_split(outer, lambda lo, hi: compiled.binary_round_span(
+            kernels, op, af[lo * row:hi * row], bf, yf[lo * row:hi * row], hi - lo, mid, inner, False, rounding),
+            grain=max(1, 4 * _CHUNK // row), align=1)
+    else:  # parts of the broadcast axis, with their part of b
+        run_split(mid, lambda lo, hi: compiled.binary_round_span(
+            kernels, op, af[lo * inner:hi * inner], bf[lo:hi], yf[lo * inner:hi * inner], 1, hi - lo, inner, False,
+            rounding), grain=max(1, 4 * _CHUNK // max(1, inner)), align=1)
     return y
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from threadpoolctl import ThreadpoolController
 
+from conformance.numerics import compiled
 from conformance.numerics.formats import (
     FORMAT_NAMES,
     OVERFLOW_MODES,
@@ -109,6 +110,7 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
         return out
     mode = overflow if (overflow == "nan" or _saturation_possible(a, b)) else "unbounded"
     nearest = nearest_rounding("f16", 0, mode, signed_zero=False)
+    fused = compiled.jit() if rounding == "nearest" else None
 
     def round_partials(acc: np.ndarray) -> None:
         if rounding == "stochastic":
@@ -133,8 +135,13 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     def sum_tiles(first: int, stop: int, product: np.ndarray) -> None:
         for acc, a_tile, b_tile in tiles[first:stop]:
             block_sum = product[: acc.size].reshape(acc.shape)
+            acc_flat, sum_flat = acc.reshape(-1), block_sum.reshape(-1)
             for k0 in range(0, k, block):
                 np.matmul(a_tile[..., k0:k0 + block], b_tile[..., k0:k0 + block, :], out=block_sum)
+                if fused is not None:  # acc = round(acc + block_sum) in one compiled pass
+                    compiled.binary_round_span(fused, "add", acc_flat, sum_flat, acc_flat, 1, 1, acc.size, True,
+                                               nearest)
+                    continue
                 np.add(acc, block_sum, out=acc)
                 round_partials(acc)
 

@@ -106,6 +106,17 @@ class IpuOps(Ops):
                 y = self.round_f16(y)
         return self._emit(name, self._mark(y))
 
+    def _out_op(self, name: str, op: str, a, b, *, temporary: bool = False) -> np.ndarray:
+        """:meth:`_out` of ``a op b`` (float32 arithmetic, numpy broadcasting) with the op and the FP16 rounding in
+        one pass (``numerics.round_op``: the same bits as the op followed by the rounding). ``temporary``: ``a`` is
+        the op's own intermediate, written over when it is a C-contiguous float32 array of the result's shape."""
+        self.ops_seen.add(name)
+        a = np.asarray(a)
+        reuse = (temporary and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+                 and a.shape == np.broadcast_shapes(a.shape, np.shape(b)))
+        y = numerics.round_op(op, a, b, "f16", out=a if reuse else None)
+        return self._emit(name, self._mark(y))
+
     def _param(self, x, what, make):
         """A parameter's device form, computed once per array (weights are the same arrays every call). Views made
         afresh each call (``w.reshape(...)``) are keyed by the array owning the memory, their offset and layout."""
@@ -171,11 +182,12 @@ class IpuOps(Ops):
             return self._param(q, "f16", self.round_f16)
         return self._param_f16(w)
 
-    def _add_bias(self, y: np.ndarray, bias, shape) -> np.ndarray:
-        """``y + bias`` in FP32 (rounded by :meth:`_out`); ``y`` itself, already on the FP16 grid, without a bias."""
+    def _out_bias(self, name: str, y: np.ndarray, bias, shape) -> np.ndarray:
+        """:meth:`_out` of ``y + bias`` (FP32 add, FP16 result, one fused pass); ``y`` itself, already on the FP16
+        grid (the kernels rounded it), without a bias."""
         if bias is None:
-            return y
-        return np.add(y, self._param_f16(bias).reshape(shape), out=y)
+            return self._out(name, y, on_grid=True)
+        return self._out_op(name, "add", y, self._param_f16(bias).reshape(shape), temporary=True)
 
     def linear(self, x, weight, bias=None, *, name):
         fp8 = self._fp8_operands(name)
@@ -186,8 +198,7 @@ class IpuOps(Ops):
         w = self._weight_operand(name, weight, fp8)
         w_t = self._param(w, "transposed", lambda v: np.ascontiguousarray(v.T))  # (in, out): the kernel's b
         y = _kernels.matmul(x2, w_t, partials=self.policy.partials, fp8=self._fp8_format(fp8))
-        y = self._add_bias(y, bias, (1, -1))
-        return self._out(name, y.reshape(*lead, weight.shape[0]), on_grid=bias is None)
+        return self._out_bias(name, y.reshape(*lead, weight.shape[0]), bias, (-1,))
 
     def matmul(self, a, b, *, name):
         fp8 = self._fp8_operands(name)
@@ -206,8 +217,7 @@ class IpuOps(Ops):
         w = self._weight_operand(name, weight, fp8)
         y = _kernels.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
                             partials=self.policy.partials, fp8=self._fp8_format(fp8))
-        y = self._add_bias(y, bias, (1, -1, 1, 1))
-        return self._out(name, y, on_grid=bias is None)
+        return self._out_bias(name, y, bias, (1, -1, 1, 1))
 
     # -- data entering the device ------------------------------------------------------------------------------
     def input(self, x, *, name):
@@ -220,13 +230,13 @@ class IpuOps(Ops):
 
     # -- elementwise: FP16 operands, FP32 arithmetic, FP16 result ----------------------------------------------
     def add(self, a, b, *, name):
-        return self._out(name, np.add(self._f16(a), self._f16(b), dtype=np.float32))
+        return self._out_op(name, "add", self._f16(a), self._f16(b))
 
     def sub(self, a, b, *, name):
-        return self._out(name, np.subtract(self._f16(a), self._f16(b), dtype=np.float32))
+        return self._out_op(name, "sub", self._f16(a), self._f16(b))
 
     def mul(self, a, b, *, name):
-        return self._out(name, np.multiply(self._f16(a), self._f16(b), dtype=np.float32))
+        return self._out_op(name, "mul", self._f16(a), self._f16(b))
 
     def relu(self, x, *, name):
         self.ops_seen.add(name)
@@ -240,14 +250,14 @@ class IpuOps(Ops):
 
     def silu(self, x, *, name):
         x = self._f16(x)
-        return self._out(name, np.multiply(x, sigmoid_fp32(x), dtype=np.float32))
+        return self._out_op(name, "mul", x, sigmoid_fp32(x))
 
     def tanh(self, x, *, name):
         return self._out(name, np.tanh(self._f16(x)))
 
     def glu(self, x, *, axis, name):
         a, b = np.split(self._f16(x), 2, axis=axis)
-        return self._out(name, np.multiply(a, sigmoid_fp32(b), dtype=np.float32))
+        return self._out_op(name, "mul", a, sigmoid_fp32(b))
 
     # -- norms and reductions: FP32 statistics, FP16 result ----------------------------------------------------
     def layer_norm(self, x, gamma, beta, *, eps, name):
@@ -255,8 +265,8 @@ class IpuOps(Ops):
         mean = x.mean(axis=-1, keepdims=True, dtype=np.float32)
         centred = x - mean
         var = np.mean(centred * centred, axis=-1, keepdims=True, dtype=np.float32)
-        y = centred / np.sqrt(var + np.float32(eps)) * self._param_f16(gamma) + self._param_f16(beta)
-        return self._out(name, y)
+        scaled = centred / np.sqrt(var + np.float32(eps)) * self._param_f16(gamma)
+        return self._out_op(name, "add", scaled, self._param_f16(beta), temporary=True)
 
     def batch_norm(self, x, mean, var, gamma, beta, *, eps, axis=1, name):
         def fold(_):
@@ -268,14 +278,13 @@ class IpuOps(Ops):
         inv, shift = self._param(gamma, ("bn", id(mean), id(var), id(beta), float(eps)), fold)
         shape = [1] * x.ndim
         shape[axis] = -1
-        return self._out(name, self._f16(x) * inv.reshape(shape) + shift.reshape(shape))
+        return self._out_op(name, "add", self._f16(x) * inv.reshape(shape), shift.reshape(shape), temporary=True)
 
     def softmax(self, x, *, axis=-1, name):
         x = self._f16(x)
         e = np.subtract(x, x.max(axis=axis, keepdims=True), dtype=np.float32)
         np.exp(e, out=e)
-        e /= e.sum(axis=axis, keepdims=True, dtype=np.float32)
-        return self._out(name, e)
+        return self._out_op(name, "div", e, e.sum(axis=axis, keepdims=True, dtype=np.float32), temporary=True)
 
     def mean(self, x, *, axis, keepdims=False, name):
         return self._out(name, self._f16(x).mean(axis=axis, keepdims=keepdims, dtype=np.float32))

@@ -1,0 +1,130 @@
+"""The numba kernels of the compiled path (loaded by :mod:`conformance.numerics.compiled` when first used).
+
+One loop per call, one rounding per element, fused into the pass that computes the value: the same float32
+arithmetic and bit operations as :class:`conformance.numerics.formats._NearestRounding` (the numpy oracle), applied
+element by element instead of pass by pass, so the results are bit-identical (tested on the oracle's hard value sets).
+The functions hold no GIL (``nogil``): the callers split large arrays over their worker threads. Compiled code is
+cached on disk (``cache=True``) next to this file.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+
+# op codes of :func:`binary_round`
+COPY, ADD, SUB, MUL, DIV = 0, 1, 2, 3, 4
+_EXPONENT = np.uint32(0x7F800000)
+_SIGN = np.uint32(0x80000000)
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
+_QUIET_NAN = np.uint32(0x7FC00000)  # numpy's float32(np.nan)
+
+
+@intrinsic
+def _bits(typingctx, value):
+    """The bit pattern of a float32 (a register bitcast)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint32))
+
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def _float(typingctx, bits):
+    """The float32 with bit pattern ``bits``."""
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+
+    return types.float32(types.uint32), codegen
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _round(v, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
+    """RNE of float32 ``v`` onto the grid, without branches: C = clamp(exponent field, low, high) + offset as a
+    float, (v + C) - C; zero results keep v's sign where ``sign_keep`` is the sign mask; then overflow as the numpy
+    oracle applies it: a finite |y| beyond ``limit_bits`` becomes ``(sign & over_sign) | over_base`` (+-max, or NaN),
+    +-Inf NaN where ``inf_nan``, NaN the quiet NaN where ``nan_canonical``."""
+    b = _bits(v)
+    e = max(min(b & _EXPONENT, high), low)
+    c = _float(e + offset)
+    yb = _bits((v + c) - c) | (b & sign_keep)
+    magnitude = yb & _MAGNITUDE
+    over = (magnitude > limit_bits) & (magnitude < _EXPONENT)
+    yb = ((yb & over_sign) | over_base) if over else yb
+    yb = _QUIET_NAN if ((magnitude == _EXPONENT) & inf_nan) | ((magnitude > _EXPONENT) & nan_canonical) else yb
+    return _float(yb)
+
+
+@numba.njit(cache=True, nogil=True)
+def _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
+    """out[i] = round(a[i] op b[i]); one loop per op, so that each is straight-line code the compiler vectorizes."""
+    n = out.size
+    if op == ADD:
+        for i in range(n):
+            out[i] = _round(a[i] + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == SUB:
+        for i in range(n):
+            out[i] = _round(a[i] - b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == MUL:
+        for i in range(n):
+            out[i] = _round(a[i] * b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == DIV:
+        for i in range(n):
+            out[i] = _round(a[i] / b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    else:
+        for i in range(n):
+            out[i] = _round(a[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scalar(op, a, s, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
+    """out[i] = round(a[i] op s) for one float32 ``s``."""
+    n = out.size
+    if op == ADD:
+        for i in range(n):
+            out[i] = _round(a[i] + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == SUB:
+        for i in range(n):
+            out[i] = _round(a[i] - s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == MUL:
+        for i in range(n):
+            out[i] = _round(a[i] * s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    else:
+        for i in range(n):
+            out[i] = _round(a[i] / s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+
+
+@numba.njit(cache=True, nogil=True)
+def binary_round(a, b, out, op, outer, mid, inner, b_full, low, high, offset, sign_keep, limit_bits, over_sign,
+                 over_base, inf_nan, nan_canonical):
+    """``out = round(a op b)`` over flat float32 arrays of ``outer * mid * inner`` elements. ``b_full``: b has a's
+    size; else b has ``mid`` elements, broadcast along the outer and inner axes (a bias per row or per channel).
+    ``op`` COPY ignores b (a plain rounding). ``out`` may be ``a``."""
+    if b_full or op == COPY:
+        _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                nan_canonical)
+        return
+    if inner == 1:  # b along the rows' contiguous axis
+        for o in range(outer):
+            base = o * mid
+            _vector(op, a[base:base + mid], b, out[base:base + mid], low, high, offset, sign_keep, limit_bits,
+                    over_sign, over_base, inf_nan, nan_canonical)
+        return
+    for o in range(outer):
+        for k in range(mid):
+            base = (o * mid + k) * inner
+            _scalar(op, a[base:base + inner], b[k], out[base:base + inner], low, high, offset, sign_keep, limit_bits,
+                    over_sign, over_base, inf_nan, nan_canonical)

@@ -1,0 +1,106 @@
+"""Which implementation the emulator's roundings run on: compiled numba kernels (``"numba"``, the default) or the
+numpy passes (``"numpy"``, the oracle the compiled kernels are tested against bit for bit).
+
+``CONFORMANCE_KERNELS=numpy|numba`` chooses for a process (empty counts as unset); :func:`kernel_path` switches for
+the duration of a ``with`` block, process-wide (worker threads included). The numba kernels live in
+:mod:`conformance.numerics._jit`, imported when the compiled path is first used, so a process on the numpy path never
+pays numba's import. Where numba cannot be imported, a warning says so once and the numpy path runs (same results,
+slower). Only float32 values take the compiled path; float64 inputs and stochastic rounding always run on numpy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+import warnings
+
+import numpy as np
+
+KERNELS_VARIABLE = "CONFORMANCE_KERNELS"
+KERNEL_PATHS = ("numba", "numpy")
+OPS = {"copy": 0, "add": 1, "sub": 2, "mul": 3, "div": 4}
+
+_override: str | None = None
+_lock = threading.Lock()
+_loaded = None  # the _jit module once imported; False when numba cannot be imported
+
+
+def configured_path() -> str:
+    """The path ``CONFORMANCE_KERNELS`` names ("numba" when unset or empty); ValueError naming the variable and its
+    value otherwise."""
+    value = os.environ.get(KERNELS_VARIABLE, "")
+    if value == "":
+        return "numba"
+    if value not in KERNEL_PATHS:
+        raise ValueError(f"{KERNELS_VARIABLE} must be one of: {', '.join(KERNEL_PATHS)} (or unset); got {value!r}")
+    return value
+
+
+def active_path() -> str:
+    """The path the emulator's roundings take now: a :func:`kernel_path` block's, else ``CONFORMANCE_KERNELS``'s."""
+    return _override if _override is not None else configured_path()
+
+
+@contextlib.contextmanager
+def kernel_path(name: str):
+    """Run every rounding of the emulator (quantize, round_inplace, matmul/conv2d with half partials, the fused ops)
+    on path ``name`` ("numpy" or "numba") inside the block, in every thread; blocks nest."""
+    global _override
+    if name not in KERNEL_PATHS:
+        raise ValueError(f"kernel path must be one of: {', '.join(KERNEL_PATHS)}; got {name!r}")
+    with _lock:
+        previous, _override = _override, name
+    try:
+        yield name
+    finally:
+        with _lock:
+            _override = previous
+
+
+def _load():
+    """The _jit module, or None (warned once) when numba cannot be imported."""
+    global _loaded
+    if _loaded is None:
+        with _lock:
+            if _loaded is None:
+                try:
+                    from conformance.numerics import _jit  # deferred: numba is imported on first use only
+                    _loaded = _jit
+                except ImportError as exc:
+                    warnings.warn(f"numba cannot be imported ({exc}); the IPU emulator runs its numpy kernels "
+                                  f"(the same results, slower)", RuntimeWarning, stacklevel=3)
+                    _loaded = False
+    return _loaded or None
+
+
+def jit():
+    """The compiled kernels when the active path is "numba" and numba imports; None for the numpy path."""
+    if active_path() != "numba":
+        return None
+    return _load()
+
+
+_SIGN, _INF_BITS, _QUIET_NAN = 0x80000000, 0x7F800000, 0x7FC00000
+
+
+@functools.lru_cache(maxsize=None)
+def _params(rounding) -> tuple:
+    """The compiled kernels' arguments for a float32 ``formats._NearestRounding``: its constants, and its overflow
+    handling as bit masks (see ``_jit._round``)."""
+    low, high, offset, _zero_bits, _limit, limit_bits = rounding.constants
+    mode, has_inf = rounding.overflow, rounding.info.has_inf
+    if mode == "unbounded":  # no clamp of the exponent from above, nothing replaced
+        high, limit_bits = 0xFFFFFFFF, _INF_BITS
+    over_sign, over_base = (_SIGN, int(limit_bits)) if mode == "sat" else (0, _QUIET_NAN)
+    u32 = np.uint32
+    return (u32(low), u32(high), u32(offset), u32(_SIGN if has_inf and rounding.signed_zero else 0), u32(limit_bits),
+            u32(over_sign), u32(over_base), bool(not has_inf and mode != "unbounded"), bool(mode == "nan"))
+
+
+def binary_round_span(kernels, op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, outer: int, mid: int,
+                      inner: int, b_full: bool, rounding) -> None:
+    """``out = round(a op b)`` on flat C-contiguous float32 arrays, in this thread (see ``_jit.binary_round``)."""
+    kernels.binary_round(a, b, out, np.int64(OPS[op]), np.int64(outer), np.int64(mid), np.int64(inner), bool(b_full),
+                         *_params(rounding))
