@@ -11,6 +11,7 @@ import numpy
 import pytest
 
 from conformance.hardware import get_backend, hardware_names
+from conformance.numerics.compiled import KERNEL_PATHS, KERNELS_VARIABLE, configured_path
 from conformance.numerics.formats import worker_threads
 from conformance.report import xfails
 from conformance.report.session import ReportSession
@@ -62,6 +63,17 @@ def check_threads() -> None:
         raise pytest.UsageError(
             f"environment variable {THREADS_VARIABLE}={os.environ.get(THREADS_VARIABLE)!r} is not a positive integer; "
             f"set it to 1 or more (1 turns the emulator's threading off) or unset it (default: the cores, at most 8)"
+        ) from None
+
+
+def check_kernels() -> None:
+    """``CONFORMANCE_KERNELS`` names a kernel path of the emulator (a usage error naming it otherwise)."""
+    try:
+        configured_path()
+    except ValueError:
+        raise pytest.UsageError(
+            f"environment variable {KERNELS_VARIABLE}={os.environ.get(KERNELS_VARIABLE)!r} is not a kernel path; "
+            f"set it to one of: {', '.join(KERNEL_PATHS)}, or unset it (default: numba)"
         ) from None
 
 
@@ -233,6 +245,7 @@ def pytest_configure(config: pytest.Config) -> None:
     models = selected_models(config)
     hardware = config.getoption("hardware")
     check_threads()
+    check_kernels()
     settings = RunSettings(
         hardware=hardware,
         models=models,
