@@ -17,8 +17,11 @@ from conformance.report import xfails
 from conformance.report.session import ReportSession
 from conformance.report.shard import parse_shard
 from conformance.settings import RunSettings
+from conformance.targets import DataFileError
+from conformance.targets.audit import load_audit_config
 from conformance.targets.performance import PERFORMANCE_FILE, load_performance_targets
-from conformance.targets.profiles import PROFILE_NAMES
+from conformance.targets.profiles import PROFILE_NAMES, load_profiles
+from conformance.targets.regression import load_tolerances
 from models import MODEL_NAMES, canonical_name
 
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
@@ -241,7 +244,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Check every option (and ``CONFORMANCE_THREADS``) before any test runs, then open the report."""
+    """Check every option (and ``CONFORMANCE_THREADS``) and every data file before any test runs, then open the
+    report; a data file that is not valid is a usage error naming the file, line and key."""
+    try:
+        _configure(config)
+    except DataFileError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def check_data_files() -> None:
+    """Load (and so validate) the suite's data files a run reads; the backend's own are validated by its constructor,
+    the performance targets by :func:`check_targets_runnable`."""
+    load_profiles()
+    load_audit_config()
+    load_tolerances()
+
+
+def _configure(config: pytest.Config) -> None:
     models = selected_models(config)
     hardware = config.getoption("hardware")
     check_threads()
@@ -259,6 +278,7 @@ def pytest_configure(config: pytest.Config) -> None:
         device=selected_device(config),
         real_time_loadgen=config.getoption("real_time_loadgen"),
     )
+    check_data_files()
     check_targets_runnable(settings)
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
     report = ReportSession(config, settings)

@@ -58,14 +58,15 @@ def test_every_model_has_fp8_settings():
 def test_precisions_file_mistakes_name_the_table_and_key(tmp_path):
     bad = tmp_path / "precisions.toml"
     bad.write_text('[precisions.fp16]\nstorage = "f16"\npartials = "double"\nfp8 = "none"\n')
-    with pytest.raises(ValueError, match=r"\[precisions.fp16\].partials = 'double'; expected one of: float, half"):
+    with pytest.raises(ValueError, match=r"precisions.toml:3: precisions.fp16.partials = \"double\": input should be "
+                       r"'float' or 'half'"):
         load_precisions(bad)
     bad.write_text('[precisions.fp8]\nstorage = "f16"\npartials = "half"\nfp8 = "all"\n'
                    '[fp8.resnet50]\nscales = "fixed"\ninput_scale = -3\n')
-    with pytest.raises(ValueError, match=r"\[fp8.resnet50\].weight_scale = None"):
+    with pytest.raises(ValueError, match=r"fp8.resnet50: scales = \"fixed\" needs weight_scale: an integer in \[-32, 31\]"):
         load_precisions(bad)
     bad.write_text('[precisions.fp8]\nstorage = "f16"\npartials = "half"\nfp8 = "all"\n[fp8.resnet5]\n')
-    with pytest.raises(ValueError, match="unknown model 'resnet5'"):
+    with pytest.raises(ValueError, match="fp8: unknown name 'resnet5'"):
         load_precisions(bad)
 
 

@@ -1,14 +1,19 @@
-"""Every gate, target and profile of the suite as data, each file with its one loader; :func:`compare` is how a
-measured value meets its target."""
+"""Every gate, target and profile of the suite as data, each file with its one loader, validated when loaded against
+a pydantic schema (:mod:`conformance.datafiles`: a mistake is a :class:`DataFileError` naming the file, line, key and
+what is allowed); :func:`compare` is how a measured value meets its target."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+from conformance.datafiles import DataFileError, Schema, fail, load_validated, read_toml, validate
 from conformance.hardware import backend_class, hardware_names
 
 OPS = (">=", "<=")
+
+__all__ = ["OPS", "DataFileError", "Schema", "backend_files", "compare", "fail", "load_validated", "read_toml",
+           "validate"]
 
 
 def backend_files(filename: str) -> list[tuple[str, Path]]:

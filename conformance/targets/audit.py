@@ -7,16 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Annotated, Literal
 
-from conformance.fileio import load_toml
+from pydantic import AfterValidator, Field, PositiveFloat, StringConstraints
+
 from conformance.hardware.base import SCENARIOS
+from conformance.targets import DataFileError, Schema, load_validated
 from models import MODEL_NAMES
 
 AUDIT_FILE = Path(__file__).with_name("audit.toml")
 
 
-class AuditConfigError(ValueError):
+class AuditConfigError(DataFileError):
     """A mistake in audit.toml; the message names the file and the key."""
 
 
@@ -49,65 +51,59 @@ class AuditConfig:
         return self.max_speedup
 
 
+def _distinct(value: list) -> list:
+    repeated = sorted({v for v in value if value.count(v) > 1})
+    if repeated:
+        raise ValueError(f"names {', '.join(repeated)} more than once")
+    return value
+
+
+Scenarios = Annotated[list[Literal[SCENARIOS]], Field(min_length=1), AfterValidator(_distinct)]
+Ratio = Annotated[float, Field(gt=0, le=1)]  # a share in (0, 1]
+Speedup = Annotated[float, Field(gt=1)]  # a bound on a score ratio, above 1
+
+
+class Test01Schema(Schema):
+    scenarios: Scenarios
+    accuracy_log_rng_seed: int = Field(ge=0, lt=2**64)  # LoadGen's uint64 seed
+    accuracy_delta: Ratio
+    performance_delta: Ratio
+
+
+class Test04Schema(Schema):
+    scenarios: Scenarios
+    performance_issue_same_index: int = Field(ge=0)
+    max_speedup: Speedup
+    short_latency_max_speedup: Speedup
+    short_latency_score: dict[Literal[SCENARIOS], PositiveFloat]
+    remeasure: int = Field(ge=0, le=3)
+    exempt: dict[Literal[MODEL_NAMES], Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]] = {}
+
+
+class AuditFile(Schema):
+    TEST01: Test01Schema
+    TEST04: Test04Schema
+
+
 @lru_cache(maxsize=None)
-def load_audit_config(path: Path = AUDIT_FILE) -> AuditConfig:
-    path = Path(path)
-    data = load_toml(path)
-
-    def fail(message: str):
-        raise AuditConfigError(f"{path}: {message}")
-
-    unknown = sorted(set(data) - {"TEST01", "TEST04"})
-    if unknown:
-        fail(f"unknown table(s) {unknown}; expected [TEST01] and [TEST04]")
-
-    def section(name: str, keys: Sequence[str]) -> dict:
-        entry = data.get(name)
-        if not isinstance(entry, dict):
-            fail(f"lacks the [{name}] table")
-        missing = [k for k in keys if k not in entry]
-        if missing:
-            fail(f"[{name}] lacks {missing}")
-        for scenario in entry["scenarios"]:
-            if scenario not in SCENARIOS:
-                fail(f"[{name}].scenarios: unknown scenario {scenario!r}; expected some of: {', '.join(SCENARIOS)}")
-        return entry
-
-    def positive(name: str, key: str, value, above: float = 0.0) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > above:
-            fail(f"[{name}].{key} = {value!r}; expected a number > {above:g}")
-        return float(value)
-
-    t1 = section("TEST01", ("scenarios", "accuracy_log_rng_seed", "accuracy_delta", "performance_delta"))
-    t4 = section("TEST04", ("scenarios", "performance_issue_same_index", "max_speedup", "short_latency_max_speedup",
-                            "short_latency_score", "remeasure"))
-    same_index = t4["performance_issue_same_index"]
-    if isinstance(same_index, bool) or not isinstance(same_index, int) or same_index < 0:
-        fail(f"[TEST04].performance_issue_same_index = {same_index!r}; expected an integer >= 0")
-    remeasure = t4["remeasure"]
-    if isinstance(remeasure, bool) or not isinstance(remeasure, int) or not 0 <= remeasure <= 3:
-        fail(f"[TEST04].remeasure = {remeasure!r}; expected an integer from 0 to 3")
-    exempt = dict(t4.get("exempt", {}))
-    for model, reason in exempt.items():
-        if model not in MODEL_NAMES:
-            fail(f"[TEST04.exempt]: unknown model {model!r}; expected some of: {', '.join(MODEL_NAMES)}")
-        if not isinstance(reason, str) or not reason.strip():
-            fail(f"[TEST04.exempt].{model} needs a reason")
-    for scenario in t4["short_latency_score"]:
-        if scenario not in SCENARIOS:
-            fail(f"[TEST04].short_latency_score: unknown scenario {scenario!r}; expected some of: {', '.join(SCENARIOS)}")
+def load_audit_config(path: Path | None = None) -> AuditConfig:
+    """The audit settings in ``path`` (default: the suite's audit.toml), validated; an AuditConfigError naming the file,
+    line, key and what is allowed otherwise."""
+    try:
+        data = load_validated(Path(path) if path is not None else AUDIT_FILE, AuditFile)
+    except DataFileError as exc:
+        raise AuditConfigError(str(exc)) from None
+    t1, t4 = data.TEST01, data.TEST04
     return AuditConfig(
-        test01_scenarios=tuple(t1["scenarios"]),
-        accuracy_log_rng_seed=int(t1["accuracy_log_rng_seed"]),
-        accuracy_delta=positive("TEST01", "accuracy_delta", t1["accuracy_delta"]),
-        performance_delta=positive("TEST01", "performance_delta", t1["performance_delta"]),
-        test04_scenarios=tuple(t4["scenarios"]),
-        same_index=same_index,
-        max_speedup=positive("TEST04", "max_speedup", t4["max_speedup"], above=1.0),
-        short_latency_max_speedup=positive("TEST04", "short_latency_max_speedup", t4["short_latency_max_speedup"],
-                                           above=1.0),
-        remeasure=remeasure,
-        short_latency_score={s: positive("TEST04", f"short_latency_score.{s}", v)
-                             for s, v in t4["short_latency_score"].items()},
-        test04_exempt=exempt,
+        test01_scenarios=tuple(t1.scenarios),
+        accuracy_log_rng_seed=t1.accuracy_log_rng_seed,
+        accuracy_delta=t1.accuracy_delta,
+        performance_delta=t1.performance_delta,
+        test04_scenarios=tuple(t4.scenarios),
+        same_index=t4.performance_issue_same_index,
+        max_speedup=t4.max_speedup,
+        short_latency_max_speedup=t4.short_latency_max_speedup,
+        remeasure=t4.remeasure,
+        short_latency_score=dict(t4.short_latency_score),
+        test04_exempt=dict(t4.exempt),
     )

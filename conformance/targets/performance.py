@@ -2,7 +2,9 @@
 
 ``[targets.<model>.<hardware>.<precision>]`` holds one target per scenario; ``[models.<model>]`` the per-model run
 parameters (Server latency bound, device batch, Server batching timeout, rows per sample). How long runs are is the
-profile's (``profiles.toml``). Mistakes (unknown model, hardware, scenario, missing keys) are errors naming the file and table.
+profile's (``profiles.toml``). The file is validated when loaded: unknown or missing keys, a value that is not a
+positive number (``true`` is not 1), an unknown model, hardware, precision or scenario are errors naming the file, line,
+key and what is allowed.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from conformance.fileio import load_toml
-from conformance.hardware import hardware_names
+from pydantic import Field, PositiveFloat, PositiveInt, create_model
+
+from conformance.hardware import get_backend, hardware_names
 from conformance.hardware.base import SCENARIOS
-from conformance.targets import backend_files
+from conformance.targets import DataFileError, Schema, backend_files, fail, read_toml, validate
 from conformance.targets.profiles import load_profiles
 from models import MODEL_NAMES
 
@@ -26,10 +30,9 @@ SCENARIO_CHECKS = {
     "Server": ("p99_latency_ms_at_target_qps", "ms", "<="),
     "Offline": ("samples_per_second", "samples/s", ">="),
 }
-MODEL_KEYS = ("server_latency_ms", "rows_per_sample", "max_batch", "server_batch_timeout_ms")
 
 
-class PerformanceTargetsError(ValueError):
+class PerformanceTargetsError(DataFileError):
     """A mistake in performance.toml; the message names the file and the table."""
 
 
@@ -68,67 +71,99 @@ class PerformanceTargets:
                 and (models is None or t.model in models)]
 
 
+ModelName = Literal[MODEL_NAMES]
+Scenario = Literal[SCENARIOS]
+
+
+class ModelRunSchema(Schema):
+    server_latency_ms: PositiveFloat  # MLPerf's Server latency bound
+    rows_per_sample: PositiveInt
+    max_batch: dict[str, PositiveInt] = Field(min_length=1)  # hardware -> largest device batch (samples)
+    server_batch_timeout_ms: float = Field(ge=0)
+
+
+# scenario -> target: a latency bound in ms or a rate in samples/s, both > 0
+ScenarioTargets = dict[Scenario, PositiveFloat]
+
+
+@lru_cache(maxsize=None)
+def _schemas() -> tuple[type[Schema], type[Schema]]:
+    """(suite file, backend file) schemas; built on first use, since the hardware names come from entry points."""
+    hardware = Literal[hardware_names()]
+    model_run = create_model("ModelRun", __base__=ModelRunSchema, max_batch=(dict[hardware, PositiveInt], Field(min_length=1)))
+    suite = create_model("PerformanceFile", __base__=Schema,
+                         models=(dict[ModelName, model_run], ...),
+                         targets=(dict[ModelName, dict[hardware, dict[str, ScenarioTargets]]], ...))
+    counts = create_model("QueryCounts", __base__=Schema, **{s: (PositiveInt, ...) for s in SCENARIOS})
+    profile = create_model("BackendProfile", __base__=Schema, min_query_count=(counts, ...))
+    backend = create_model("BackendPerformanceFile", __base__=Schema,
+                           targets=(dict[ModelName, dict[str, dict[str, ScenarioTargets]]], {}),
+                           max_batch=(dict[ModelName, PositiveInt], {}),
+                           profiles=(dict[Literal["smoke", "default", "full"], profile], {}))
+    return suite, backend
+
+
 def _merge_backend_targets(data: dict, hardware: str, path: Path) -> None:
     """Add the ``[targets.<model>.<hardware>.*]`` tables and ``[max_batch]`` entries (model -> largest device batch) of a
     backend's own performance.toml to ``data``; its ``[profiles.<profile>].min_query_count`` is the profiles' (see
     :func:`conformance.targets.profiles.load_profiles`); anything else there is an error naming the file."""
-    extra = load_toml(path)
-    unknown = sorted(set(extra) - {"targets", "max_batch", "profiles"})
-    if unknown:
-        raise PerformanceTargetsError(f"{path}: unknown table(s) {unknown}; a backend's performance.toml holds "
-                                      f"[targets.<model>.{hardware}.<precision>], [max_batch] and "
-                                      f"[profiles.<profile>].min_query_count")
+    extra, text = read_toml(path)
+    _check(validate, extra, _schemas()[1], path, text)
     for model, per_hardware in extra.get("targets", {}).items():
         other = sorted(set(per_hardware) - {hardware})
         if other:
-            raise PerformanceTargetsError(f"{path}: [targets.{model}] may only hold {hardware!r}, not {other}")
+            _check(fail, path, ("targets", model, other[0]), f"a backend's file may only hold targets of its own "
+                   f"hardware {hardware!r}", text)
         data.setdefault("targets", {}).setdefault(model, {})[hardware] = per_hardware[hardware]
     for model, batch in extra.get("max_batch", {}).items():
         data.setdefault("models", {}).setdefault(model, {}).setdefault("max_batch", {})[hardware] = batch
 
 
+def _check(function, *args):
+    """Run a validation helper, raising its DataFileError as a PerformanceTargetsError."""
+    try:
+        return function(*args)
+    except PerformanceTargetsError:
+        raise
+    except DataFileError as exc:
+        raise PerformanceTargetsError(str(exc)) from None
+
+
 @lru_cache(maxsize=None)
-def load_performance_targets(path: Path = PERFORMANCE_FILE) -> PerformanceTargets:
-    path = Path(path)
-    data = load_toml(path)
+def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
+    """The targets in ``path`` (default: the suite's performance.toml, with the tables of backends shipped on their
+    own), validated; a PerformanceTargetsError naming the file, line, key and what is allowed otherwise."""
+    path = Path(path) if path is not None else PERFORMANCE_FILE
+    data, text = _check(read_toml, path)
+    _check(validate, data, _schemas()[0], path, text)
     if path == PERFORMANCE_FILE:  # backends shipped on their own bring the targets of their names
         for hardware, extra in backend_files(PERFORMANCE_FILE.name):
             _merge_backend_targets(data, hardware, extra)
 
-    def fail(message: str):
-        raise PerformanceTargetsError(f"{path}: {message}")
+    def problem(loc: tuple, message: str):
+        _check(fail, path, loc, message, text)
 
-    models = {}
-    for name, entry in data.get("models", {}).items():
-        if name not in MODEL_NAMES:
-            fail(f"[models.{name}]: unknown model; expected one of: {', '.join(MODEL_NAMES)}")
-        missing = [k for k in MODEL_KEYS if k not in entry]
-        if missing:
-            fail(f"[models.{name}] lacks {missing}")
-        models[name] = ModelRun(float(entry["server_latency_ms"]), int(entry["rows_per_sample"]), dict(entry["max_batch"]),
-                                float(entry["server_batch_timeout_ms"]))
+    models = {name: ModelRun(float(entry["server_latency_ms"]), entry["rows_per_sample"], dict(entry["max_batch"]),
+                             float(entry["server_batch_timeout_ms"]))
+              for name, entry in data["models"].items()}
     targets = []
-    for model, per_hardware in data.get("targets", {}).items():
-        if model not in MODEL_NAMES:
-            fail(f"[targets.{model}]: unknown model; expected one of: {', '.join(MODEL_NAMES)}")
+    for model, per_hardware in data["targets"].items():
         if model not in models:
-            fail(f"[targets.{model}] has no [models.{model}] run parameters")
+            problem(("targets", model), f"has no [models.{model}] run parameters")
         for hardware, per_precision in per_hardware.items():
-            if hardware not in hardware_names():
-                fail(f"[targets.{model}.{hardware}]: unknown hardware; expected one of: {', '.join(hardware_names())}")
             if hardware not in models[model].max_batch:
-                fail(f"[models.{model}].max_batch has no entry for hardware {hardware!r}")
+                problem(("models", model, "max_batch"), f"has no entry for hardware {hardware!r}, which has targets")
+            precisions = get_backend(hardware).precisions
             for precision, scenarios in per_precision.items():
+                if precision not in precisions:
+                    problem(("targets", model, hardware, precision), f"unknown precision {precision!r} of hardware "
+                            f"{hardware!r}; expected one of: {', '.join(precisions)}")
                 for scenario, value in scenarios.items():
-                    if scenario not in SCENARIOS:
-                        fail(f"[targets.{model}.{hardware}.{precision}]: unknown scenario {scenario!r}; expected one of: "
-                             f"{', '.join(SCENARIOS)}")
-                    if not isinstance(value, (int, float)) or value <= 0:
-                        fail(f"[targets.{model}.{hardware}.{precision}].{scenario} = {value!r}; expected a positive number")
                     targets.append(PerformanceTarget(model, hardware, precision, scenario, float(value)))
     for profile in load_profiles().values():
-        for hardware in {t.hardware for t in targets}:
+        for hardware in sorted({t.hardware for t in targets}):
             if hardware not in profile.performance.min_query_count:
-                fail(f"hardware {hardware!r} has targets but profiles.toml's [{profile.name}.performance].min_query_count "
-                     f"has no counts for it")
+                raise PerformanceTargetsError(
+                    f"{path}: hardware {hardware!r} has targets but profiles.toml's "
+                    f"[{profile.name}.performance].min_query_count has no counts for it")
     return PerformanceTargets(tuple(targets), models)

@@ -1,24 +1,29 @@
 """Profiles as data: ``profiles.toml`` says, per profile, how many samples each model runs and at which batch, how long
 LoadGen runs, what the audits sample, and whether known failures are strict; ``[reference]`` sizes the stored
 evaluation set. A backend shipped on its own gives its LoadGen query counts per profile in its performance.toml.
-Mistakes are errors naming the file and the table."""
+The file is validated when loaded: unknown or missing keys, wrong types (``true`` is not a count), counts below 1 and
+unknown model, hardware or scenario names are errors naming the file, line, key and what is allowed. The schema fixes
+which keys there are, never the counts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Literal
 
-from conformance.fileio import load_toml
+from pydantic import AfterValidator, Field, PositiveInt, create_model
+
+from conformance.hardware import hardware_names
 from conformance.hardware.base import SCENARIOS
-from conformance.targets import backend_files
+from conformance.targets import DataFileError, Schema, backend_files, read_toml, validate
 from models import MODEL_NAMES
 
 PROFILES_FILE = Path(__file__).with_name("profiles.toml")
 PROFILE_NAMES = ("smoke", "default", "full")
 
 
-class ProfilesError(ValueError):
+class ProfilesError(DataFileError):
     """A mistake in profiles.toml; the message names the file and the table."""
 
 
@@ -53,78 +58,101 @@ class Profile:
     audit: AuditSampling
 
 
-def _fail(path, message: str):
-    raise ProfilesError(f"{path}: {message}")
-
-
-def _table(path, data: dict, where: str) -> dict:
-    entry = data
-    for part in where.split("."):
-        entry = entry.get(part) if isinstance(entry, dict) else None
-    if not isinstance(entry, dict):
-        _fail(path, f"lacks the [{where}] table")
-    return entry
-
-
-def _per_model(path, where: str, value) -> dict[str, int]:
-    if not isinstance(value, dict):
-        _fail(path, f"{where} must map model names to counts")
+def _every_model(value: dict) -> dict:
     missing = [m for m in MODEL_NAMES if m not in value]
     if missing:
-        _fail(path, f"{where} lacks model(s) {missing}")
-    return dict(value)
+        raise ValueError(f"lacks model(s) {', '.join(missing)}; every model needs a count ({', '.join(MODEL_NAMES)})")
+    return value
+
+
+ModelName = Literal[MODEL_NAMES]
+PerModel = Annotated[dict[ModelName, PositiveInt], AfterValidator(_every_model)]  # model -> a count >= 1
+
+
+class ReferenceSchema(Schema):
+    samples: PerModel
+
+
+class AuditSchema(Schema):
+    sampling_target: PositiveInt
+    models: list[ModelName] | None = Field(default=None, min_length=1)
+
+
+def _query_counts():
+    return create_model("QueryCounts", __base__=Schema, **{s: (PositiveInt, ...) for s in SCENARIOS})
 
 
 @lru_cache(maxsize=None)
-def reference_samples(path: Path = PROFILES_FILE) -> dict[str, int]:
+def _schemas() -> tuple[type[Schema], type[Schema]]:
+    """(profiles.toml, a backend's ``[profiles.<name>]`` table) schemas; built on first use, since the hardware names
+    come from entry points."""
+    counts = _query_counts()
+    performance = create_model("PerformanceRun", __base__=Schema,
+                               min_duration_ms=(PositiveInt, ...),
+                               min_query_count=(dict[Literal[hardware_names()], counts], ...),
+                               performance_samples=(PerModel, ...))
+    profile = create_model("ProfileSchema", __base__=Schema,
+                           description=(str, ""),
+                           samples=(PerModel, ...),
+                           batch_size=(PerModel, ...),
+                           minilm_sentences=(PositiveInt, ...),
+                           strict_xfails=(bool, ...),
+                           performance=(performance, ...),
+                           audit=(AuditSchema, ...))
+    profiles = create_model("ProfilesFile", __base__=Schema, reference=(ReferenceSchema, ...),
+                            **{name: (profile, ...) for name in PROFILE_NAMES})
+    backend_profile = create_model("BackendProfile", __base__=Schema, min_query_count=(counts, ...))
+    return profiles, backend_profile
+
+
+def _validated(path: Path):
+    data, text = _errors_as_profiles_error(read_toml, path)
+    return _errors_as_profiles_error(validate, data, _schemas()[0], path, text)
+
+
+def _errors_as_profiles_error(function, *args):
+    try:
+        return function(*args)
+    except DataFileError as exc:
+        raise ProfilesError(str(exc)) from None
+
+
+@lru_cache(maxsize=None)
+def reference_samples(path: Path | None = None) -> dict[str, int]:
     """Per model, the size of the evaluation set whose FP32 outputs ``reference/`` stores (``[reference].samples``)."""
-    data = load_toml(path)
-    return _per_model(path, "[reference].samples", _table(path, data, "reference").get("samples"))
+    return dict(_validated(Path(path) if path is not None else PROFILES_FILE).reference.samples)
 
 
 @lru_cache(maxsize=None)
-def load_profiles(path: Path = PROFILES_FILE) -> dict[str, Profile]:
-    """All profiles in ``path``; a ProfilesError naming the profile and key when one is incomplete."""
-    data = load_toml(path)
+def load_profiles(path: Path | None = None) -> dict[str, Profile]:
+    """All profiles in ``path`` (default: the suite's profiles.toml, with the query counts of backends shipped on their
+    own), validated; a ProfilesError naming the file, line, key and what is allowed otherwise."""
+    path = Path(path) if path is not None else PROFILES_FILE
+    data = _validated(path)
     profiles = {}
     for name in PROFILE_NAMES:
-        entry = _table(path, data, name)
-        perf = _table(path, data, f"{name}.performance")
-        audit = entry.get("audit", {})
-        for key in ("minilm_sentences", "strict_xfails"):
-            if key not in entry:
-                _fail(path, f"[{name}] lacks {key!r}")
-        for key in ("min_duration_ms", "min_query_count", "performance_samples"):
-            if key not in perf:
-                _fail(path, f"[{name}.performance] lacks {key!r}")
-        for hardware, counts in perf["min_query_count"].items():
-            if not isinstance(counts, dict) or any(s not in counts for s in SCENARIOS):
-                _fail(path, f"[{name}.performance].min_query_count.{hardware} needs a count for each of: {', '.join(SCENARIOS)}")
-        if "sampling_target" not in audit:
-            _fail(path, f"[{name}.audit] lacks 'sampling_target'")
-        audited = audit.get("models")
-        if audited is not None:
-            unknown = [m for m in audited if m not in MODEL_NAMES]
-            if unknown:
-                _fail(path, f"[{name}.audit].models: unknown model(s) {unknown}; expected some of: {', '.join(MODEL_NAMES)}")
+        entry = getattr(data, name)
+        perf, audit = entry.performance, entry.audit
         profiles[name] = Profile(
             name=name,
-            description=entry.get("description", ""),
-            samples=_per_model(path, f"[{name}].samples", entry.get("samples")),
-            batch_size=_per_model(path, f"[{name}].batch_size", entry.get("batch_size")),
-            minilm_sentences=int(entry["minilm_sentences"]),
-            strict_xfails=bool(entry["strict_xfails"]),
-            performance=RunLength(int(perf["min_duration_ms"]), dict(perf["min_query_count"]),
-                                  _per_model(path, f"[{name}.performance].performance_samples", perf["performance_samples"])),
-            audit=AuditSampling(int(audit["sampling_target"]), None if audited is None else tuple(audited)),
+            description=entry.description,
+            samples=dict(entry.samples),
+            batch_size=dict(entry.batch_size),
+            minilm_sentences=entry.minilm_sentences,
+            strict_xfails=entry.strict_xfails,
+            performance=RunLength(perf.min_duration_ms, {hw: counts.model_dump() for hw, counts in
+                                                         perf.min_query_count.items()},
+                                  dict(perf.performance_samples)),
+            audit=AuditSampling(audit.sampling_target, None if audit.models is None else tuple(audit.models)),
         )
-    if Path(path) == PROFILES_FILE:
+    if path == PROFILES_FILE:
         for hardware, extra in backend_files("performance.toml"):
-            for name, entry in load_toml(extra).get("profiles", {}).items():
-                if name not in profiles:
-                    _fail(extra, f"[profiles.{name}]: unknown profile; expected one of: {', '.join(PROFILE_NAMES)}")
-                counts = entry.get("min_query_count") if isinstance(entry, dict) else None
-                if not isinstance(counts, dict) or any(s not in counts for s in SCENARIOS):
-                    _fail(extra, f"[profiles.{name}].min_query_count needs a count for each of: {', '.join(SCENARIOS)}")
-                profiles[name].performance.min_query_count[hardware] = dict(counts)
+            raw, text = _errors_as_profiles_error(read_toml, extra)
+            for name, entry in raw.get("profiles", {}).items():
+                loc_data = {"profiles": {name: entry}}
+                schema = create_model("BackendProfiles", __base__=Schema,
+                                      profiles=(dict[Literal[PROFILE_NAMES], _schemas()[1]], ...))
+                checked = _errors_as_profiles_error(validate, loc_data, schema, extra, text)
+                profiles[name].performance.min_query_count[hardware] = (
+                    checked.profiles[name].min_query_count.model_dump())
     return profiles

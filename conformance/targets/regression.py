@@ -4,13 +4,44 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
-from conformance.fileio import load_toml
+from pydantic import Field, create_model
+
+from conformance.hardware import hardware_names
 from conformance.hardware.base import TIMINGS
+from conformance.targets import DataFileError, Schema, read_toml, validate
 
 TOLERANCES_FILE = Path(__file__).with_name("regression.toml")
 # the override tables of a kind, in the order they apply (a later one wins)
 OVERRIDE_GROUPS = ("checks", "hardware", "timing")
+RECORD_KINDS = ("reference", "accuracy", "performance", "audit")  # the kinds of record a run writes
+CLOCKS = ("virtual", "real")  # what a performance figure was timed on (a record's details["clock"])
+
+
+class TolerancesError(DataFileError):
+    """A mistake in regression.toml; the message names the file, line and key."""
+
+
+# an allowed worsening, relative (a share of the baseline value) or absolute: >= 0
+Allowance = Annotated[float, Field(ge=0)]
+
+
+class Override(Schema):
+    rel: Allowance | None = None
+    abs: Allowance | None = None
+
+
+class TimingOverride(Override):
+    clock: dict[Literal[CLOCKS], Override] = {}
+
+
+class KindTolerances(Schema):
+    rel: Allowance
+    abs: Allowance = 0.0
+    checks: dict[str, Override] = {}
+    hardware: dict[str, Override] = {}
+    timing: dict[Literal[TIMINGS], TimingOverride] = {}
 
 
 @dataclass(frozen=True)
@@ -28,40 +59,23 @@ class Tolerance:
         return f"{rule} ({self.source})" if self.source else rule
 
 
-def load_tolerances(path=TOLERANCES_FILE) -> dict:
-    """The tolerance table; a ValueError naming the file and the bad entry."""
-    path = Path(path)
-    data = load_toml(path)
-
-    def check_section(section, where):
-        if not isinstance(section, dict):
-            raise ValueError(f"{path}: [{where}] must be a table, got {section!r}")
-        for key in ("rel", "abs"):
-            if key in section and (not isinstance(section[key], (int, float)) or isinstance(section[key], bool)
-                                   or section[key] < 0):
-                raise ValueError(f"{path}: [{where}].{key} must be a number >= 0, got {section[key]!r}")
-
-    def check_group(entries, where):
-        if not isinstance(entries, dict):
-            raise ValueError(f"{path}: [{where}] must be a table of tables")
-
-    for kind, section in data.items():
-        if not isinstance(section, dict) or "rel" not in section:
-            raise ValueError(f"{path}: [{kind}] needs at least 'rel'")
-        check_section(section, kind)
-        for group in OVERRIDE_GROUPS:
-            entries = section.get(group, {})
-            check_group(entries, f"{kind}.{group}")
-            for name, sub in entries.items():
-                if group == "timing" and name not in TIMINGS:
-                    raise ValueError(f"{path}: [{kind}.timing.{name}]: unknown timing {name!r}; expected one of: "
-                                     f"{', '.join(TIMINGS)}")
-                check_section(sub, f"{kind}.{group}.{name}")
-                if group == "timing":
-                    check_group(sub.get("clock", {}), f"{kind}.timing.{name}.clock")
-                    for clock, entry in sub.get("clock", {}).items():
-                        check_section(entry, f"{kind}.timing.{name}.clock.{clock}")
+def load_tolerances(path=None) -> dict:
+    """The tolerance table of ``path`` (default: the suite's regression.toml) as its TOML tables, validated; a
+    TolerancesError naming the file, line, key and what is allowed otherwise."""
+    path = Path(path) if path is not None else TOLERANCES_FILE
+    try:
+        data, text = read_toml(path)
+        validate(data, _schema(), path, text)
+    except DataFileError as exc:
+        raise TolerancesError(str(exc)) from None
     return data
+
+
+def _schema() -> type[Schema]:
+    """One optional table per kind of record, with the hardware names of the registered backends."""
+    kind = create_model("KindTolerancesOfHardware", __base__=KindTolerances,
+                        hardware=(dict[Literal[hardware_names()], Override], {}))
+    return create_model("RegressionFile", __base__=Schema, **{k: (kind | None, None) for k in RECORD_KINDS})
 
 
 def tolerance_for(tolerances: dict, kind: str, check: str, hardware: str, timing: str | None = None,

@@ -15,7 +15,7 @@ from conformance.hardware.ipu.policy import PRECISIONS_FILE, Fp8Settings, Policy
 from conformance.hardware.ipu.simulated import SimulatedIpu
 from conformance.hardware.ipu.timing.chips import DEVICE_NAMES as CHIP_NAMES
 from conformance.hardware.ipu.timing.chips import get_device
-from conformance.hardware.ipu.timing.cost import calibration_hash, default_execution
+from conformance.hardware.ipu.timing.cost import calibration_hash, default_execution, load_timing_data
 
 
 class IpuPrepared(Prepared):
@@ -41,9 +41,11 @@ class IpuBackend(Backend):
     timing = "simulated"
     chips = CHIP_NAMES
 
-    def __init__(self, chip: str | None = None, precisions_file: Path = PRECISIONS_FILE):
+    def __init__(self, chip: str | None = None, precisions_file: Path | None = None):
         super().__init__(chip)
         self.policies, self.fp8_settings = load_precisions(precisions_file)
+        get_device(self.chip)
+        load_timing_data()  # every data file is validated before a run uses the backend
         self.precisions = tuple(self.policies)
         self._plans: dict[tuple, tuple[object, Fp8Plan]] = {}
         self._devices: dict[tuple, SimulatedIpu] = {}

@@ -6,8 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Literal
 
-from conformance.fileio import load_toml
+from pydantic import AfterValidator, Field, PositiveInt, StringConstraints, model_validator
+
+from conformance.datafiles import Schema, fail, read_toml, validate
 from conformance.hardware.ipu.fp8_scales import FP8_FORMATS
 from conformance.numerics import SCALE_RANGE
 from models import MODEL_NAMES
@@ -54,54 +57,63 @@ class Fp8Settings:
         return self.weight_format if operand_class == "weight" else self.input_format
 
 
-def _check_choice(path, where: str, key: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"{path}: {where}.{key} = {value!r}; expected one of: {', '.join(map(str, allowed))}")
+def _distinct(value: list) -> list:
+    repeated = sorted({v for v in value if value.count(v) > 1})
+    if repeated:
+        raise ValueError(f"names {', '.join(repeated)} more than once")
+    return value
+
+
+Scale = Annotated[int, Field(ge=SCALE_RANGE[0], le=SCALE_RANGE[1])]
+
+
+class PolicySchema(Schema):
+    description: str = ""
+    storage: Literal[STORAGE_FORMATS]
+    partials: Literal[PARTIALS]
+    fp8: Literal[FP8_MODES]
+
+
+class Fp8Schema(Schema):
+    input_format: Literal[FP8_FORMATS] = "f143"
+    weight_format: Literal[FP8_FORMATS] = "f143"
+    scales: Literal[SCALE_METHODS] = "mse"
+    input_scale: Scale | None = None
+    weight_scale: Scale | None = None
+    calibration_samples: PositiveInt = 4
+    skip: Annotated[list[Annotated[str, StringConstraints(min_length=1)]], AfterValidator(_distinct)] = []
+
+    @model_validator(mode="after")
+    def _fixed_needs_scales(self):
+        if self.scales == "fixed":
+            missing = [k for k in ("input_scale", "weight_scale") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"scales = \"fixed\" needs {' and '.join(missing)}: an integer in "
+                                 f"[{SCALE_RANGE[0]}, {SCALE_RANGE[1]}]")
+        return self
+
+
+# a precision's name is part of test ids and --precision lists
+PrecisionName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+
+
+class PrecisionsFile(Schema):
+    precisions: dict[PrecisionName, PolicySchema] = Field(min_length=1)
+    fp8: dict[Literal[MODEL_NAMES + EXTRA_FP8_CASES], Fp8Schema] = {}
 
 
 @lru_cache(maxsize=None)
-def load_precisions(path: Path = PRECISIONS_FILE) -> tuple[dict[str, Policy], dict[str, Fp8Settings]]:
-    """The policies and per-model FP8 settings in ``path``, validated; a ValueError naming the table and key otherwise."""
-    data = load_toml(path)
-    unknown = sorted(set(data) - {"precisions", "fp8"})
-    if unknown:
-        raise ValueError(f"{path}: unknown top-level table(s) {unknown}; expected [precisions.*] and [fp8.*]")
-    policies = {}
-    for name, entry in data.get("precisions", {}).items():
-        where = f"[precisions.{name}]"
-        extra = sorted(set(entry) - {"description", "storage", "partials", "fp8"})
-        if extra:
-            raise ValueError(f"{path}: {where} has unknown key(s) {extra}")
-        for key, allowed in (("storage", STORAGE_FORMATS), ("partials", PARTIALS), ("fp8", FP8_MODES)):
-            if key not in entry:
-                raise ValueError(f"{path}: {where} lacks {key!r} (one of: {', '.join(allowed)})")
-            _check_choice(path, where, key, entry[key], allowed)
-        policies[name] = Policy(name, entry.get("description", ""), entry["storage"], entry["partials"], entry["fp8"])
-    if not policies:
-        raise ValueError(f"{path}: no [precisions.*] tables")
-    fp8 = {}
-    fields = set(Fp8Settings.__dataclass_fields__) - {"model"}
-    for model, entry in data.get("fp8", {}).items():
-        where = f"[fp8.{model}]"
-        if model not in MODEL_NAMES + EXTRA_FP8_CASES:
-            raise ValueError(f"{path}: {where}: unknown model {model!r}; expected one of: "
-                             f"{', '.join(MODEL_NAMES + EXTRA_FP8_CASES)}")
-        extra = sorted(set(entry) - fields)
-        if extra:
-            raise ValueError(f"{path}: {where} has unknown key(s) {extra}; valid: {', '.join(sorted(fields))}")
-        settings = Fp8Settings(model=model, **{k: (tuple(v) if k == "skip" else v) for k, v in entry.items()})
-        _check_choice(path, where, "input_format", settings.input_format, FP8_FORMATS)
-        _check_choice(path, where, "weight_format", settings.weight_format, FP8_FORMATS)
-        _check_choice(path, where, "scales", settings.scales, SCALE_METHODS)
-        if settings.scales == "fixed":
-            for key in ("input_scale", "weight_scale"):
-                value = getattr(settings, key)
-                if not isinstance(value, int) or not SCALE_RANGE[0] <= value <= SCALE_RANGE[1]:
-                    raise ValueError(f"{path}: {where}.{key} = {value!r}; scales='fixed' needs an integer in "
-                                     f"[{SCALE_RANGE[0]}, {SCALE_RANGE[1]}]")
-        if not isinstance(settings.calibration_samples, int) or settings.calibration_samples < 1:
-            raise ValueError(f"{path}: {where}.calibration_samples = {settings.calibration_samples!r}; expected an integer >= 1")
-        fp8[model] = settings
+def load_precisions(path: Path | None = None) -> tuple[dict[str, Policy], dict[str, Fp8Settings]]:
+    """The policies and per-model FP8 settings in ``path`` (default: the hardware's precisions.toml), validated; a
+    DataFileError (a ValueError) naming the file, line, key and what is allowed otherwise."""
+    path = Path(path) if path is not None else PRECISIONS_FILE
+    data, text = read_toml(path)
+    checked = validate(data, PrecisionsFile, path, text)
+    if "fp32" in checked.precisions:
+        fail(path, ("precisions", "fp32"), "fp32 is the reference the precisions are compared with, not a precision "
+             "of the hardware", text)
+    policies = {name: Policy(name, entry.description, entry.storage, entry.partials, entry.fp8)
+                for name, entry in checked.precisions.items()}
+    fp8 = {model: Fp8Settings(model=model, **{k: (tuple(v) if k == "skip" else v) for k, v in entry.model_dump().items()})
+           for model, entry in checked.fp8.items()}
     return policies, fp8
-
-

@@ -5,14 +5,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Literal
 
-from conformance.fileio import load_toml
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, RootModel, StringConstraints, model_validator
+
+from conformance.datafiles import Schema, load_validated
 
 DEVICES_FILE = Path(__file__).with_name("chips.toml")
 DEFAULT_DEVICE = "c600"
 
-_REQUIRED = ("tiles", "clock_ghz", "sram_mb", "amp_tflops", "vector_tflops", "sram_tbps", "exchange_bytes_per_cycle_per_tile",
-             "sync_cycles", "exchange_fixed_cycles", "host_gbps", "amp_k_grain", "amp_n_grain")
+AMP_TYPES = ("fp8", "fp16", "fp32")  # operand types of the matrix units the timing model prices
+VECTOR_TYPES = ("fp16", "fp32")
+
+
+class ChipSchema(Schema):
+    """A ``[<chip>]`` table of chips.toml; every figure is a published one, so > 0 (the BSP constants >= 0)."""
+
+    description: str = ""
+    tiles: PositiveInt
+    clock_ghz: PositiveFloat
+    sram_mb: PositiveFloat
+    amp_tflops: dict[Literal[AMP_TYPES], PositiveFloat] = Field(min_length=1)
+    vector_tflops: dict[Literal[VECTOR_TYPES], PositiveFloat] = Field(min_length=1)
+    sram_tbps: PositiveFloat
+    exchange_bytes_per_cycle_per_tile: PositiveFloat
+    sync_cycles: NonNegativeFloat
+    exchange_fixed_cycles: NonNegativeFloat
+    host_gbps: PositiveFloat
+    amp_k_grain: dict[Literal[AMP_TYPES], PositiveInt]
+    amp_n_grain: PositiveInt
+
+    @model_validator(mode="after")
+    def _grain_per_amp_type(self):
+        if set(self.amp_k_grain) != set(self.amp_tflops):
+            raise ValueError(f"amp_k_grain has types {sorted(self.amp_k_grain)}; expected one per amp_tflops type: "
+                             f"{sorted(self.amp_tflops)}")
+        return self
+
+
+class ChipsFile(RootModel[dict[Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]*$")], ChipSchema]]):
+    model_config = ConfigDict(strict=True)
 
 
 @dataclass(frozen=True)
@@ -59,15 +91,13 @@ class Chip:
 
 
 @lru_cache(maxsize=None)
-def load_devices(path: Path = DEVICES_FILE) -> dict[str, Chip]:
-    data = load_toml(path)
-    devices = {}
-    for name, entry in data.items():
-        missing = [key for key in _REQUIRED if key not in entry]
-        if missing:
-            raise ValueError(f"{path}: device [{name}] lacks {missing}")
-        devices[name] = Chip(name=name, description=entry.get("description", ""), **{k: entry[k] for k in _REQUIRED})
-    return devices
+def load_devices(path: Path | None = None) -> dict[str, Chip]:
+    """The chips of ``path`` (default: chips.toml), validated; a DataFileError (a ValueError) naming the file, line,
+    key and what is allowed otherwise."""
+    chips = load_validated(Path(path) if path is not None else DEVICES_FILE, ChipsFile).root
+    if not chips:
+        raise ValueError(f"{path or DEVICES_FILE}: no chips")
+    return {name: Chip(name=name, **entry.model_dump()) for name, entry in chips.items()}
 
 
 def get_device(name: str = DEFAULT_DEVICE) -> Chip:

@@ -33,10 +33,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Literal
 
-from conformance.fileio import load_toml
+from pydantic import ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, RootModel
+
+from conformance.datafiles import Schema, load_validated
 from conformance.hardware.ipu.timing.chips import Chip, get_device
 from conformance.hardware.ipu.timing.trace import OpRecord, Trace
+from models import MODEL_NAMES
 
 TIMING_FILE = Path(__file__).with_name("timing.toml")
 CALIBRATION_FILE = Path(__file__).with_name("calibration.toml")
@@ -58,31 +62,110 @@ class Parameters:
         return asdict(self)
 
 
-@lru_cache(maxsize=None)
-def load_constants(path: Path = TIMING_FILE) -> dict:
-    return load_toml(path)
+# -- the data files' schemas (validated when loaded: a DataFileError naming the file, line, key and what is allowed) --
+class Supersteps(Schema):
+    matrix: PositiveInt
+    vector: PositiveInt
+    reduction: PositiveInt
+    gather: PositiveInt
+    input: PositiveInt
+
+
+class GatherConstants(Schema):
+    cycles_per_index: PositiveFloat
+
+
+class VectorConstants(Schema):
+    grain_elements: PositiveInt
+
+
+class MatrixConstants(Schema):
+    k_split_elements: PositiveInt
+
+
+class HostConstants(Schema):
+    sync_us: NonNegativeFloat
+
+
+class TimingFile(Schema):
+    supersteps: Supersteps
+    gather: GatherConstants
+    vector: VectorConstants
+    matrix: MatrixConstants
+    host: HostConstants
+
+
+Efficiency = Annotated[float, Field(gt=0, le=1)]  # a share of a peak rate, in (0, 1]
+
+
+class ParametersSchema(Schema):
+    amp_efficiency: Efficiency
+    vector_efficiency: Efficiency
+    superstep_overhead_cycles: NonNegativeFloat
+    host_request_us: NonNegativeFloat
+
+
+class FitSummary(Schema):
+    device: str
+    rows_fitted: PositiveInt
+    max_abs_error: NonNegativeFloat
+    rms_log_error: NonNegativeFloat
+
+
+class FittedRow(Schema):
+    model: Literal[MODEL_NAMES]
+    precision: str
+    batch: PositiveInt
+    fit: bool
+    published_qps: PositiveFloat
+    predicted_qps: PositiveFloat
+    published_ms_per_batch: PositiveFloat
+    predicted_ms_per_batch: PositiveFloat
+    published_avg_ms: PositiveFloat
+    predicted_avg_ms: PositiveFloat
+    error: float = Field(gt=-1)  # predicted / published - 1
+
+
+class CalibrationFile(Schema):
+    parameters: ParametersSchema
+    fit: FitSummary
+    row: list[FittedRow] = []
+
+
+class ExecutionSchema(Schema):
+    io_tiles: NonNegativeInt
+    batches_per_step: PositiveInt
+    packed: bool
+    clients: PositiveInt
+
+
+class ExecutionFile(RootModel[dict[Literal[MODEL_NAMES], ExecutionSchema]]):
+    model_config = ConfigDict(strict=True)
 
 
 @lru_cache(maxsize=None)
-def load_calibration(path: Path = CALIBRATION_FILE) -> dict:
-    if not Path(path).is_file():
+def load_constants(path: Path | None = None) -> dict:
+    """The constants of ``timing.toml`` (or ``path``) as its tables, validated."""
+    return load_validated(Path(path) if path is not None else TIMING_FILE, TimingFile).model_dump()
+
+
+@lru_cache(maxsize=None)
+def load_calibration(path: Path | None = None) -> dict:
+    """The fit in ``calibration.toml`` (or ``path``) as its tables, validated."""
+    path = Path(path) if path is not None else CALIBRATION_FILE
+    if not path.is_file():
         raise FileNotFoundError(f"timing calibration {str(path)!r} is missing; run `ipu-conformance calibrate --write`")
-    return load_toml(path)
+    return load_validated(path, CalibrationFile).model_dump()
 
 
 @lru_cache(maxsize=None)
-def calibration_hash(path: Path = CALIBRATION_FILE) -> str:
+def calibration_hash(path: Path | None = None) -> str:
     """The first 12 hex digits of the calibration file's SHA-256: which fit a simulated figure comes from."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    return hashlib.sha256(Path(path or CALIBRATION_FILE).read_bytes()).hexdigest()[:12]
 
 
-def calibrated_parameters(path: Path = CALIBRATION_FILE) -> Parameters:
-    data = load_calibration(path)
-    values = data.get("parameters", {})
-    missing = [k for k in PARAMETER_NAMES if k not in values]
-    if missing:
-        raise ValueError(f"{path}: [parameters] lacks {missing}; run `ipu-conformance calibrate --write`")
-    return Parameters(**{k: float(values[k]) for k in PARAMETER_NAMES})
+def calibrated_parameters(path: Path | None = None) -> Parameters:
+    return Parameters(**load_calibration(path)["parameters"])
 
 
 @dataclass(frozen=True)
@@ -100,8 +183,16 @@ class Execution:
 
 
 @lru_cache(maxsize=None)
-def _execution_table(path: Path = EXECUTION_FILE) -> dict:
-    return load_toml(path)
+def _execution_table(path: Path | None = None) -> dict:
+    """The execution options of ``execution.toml`` (or ``path``) per model, validated."""
+    return load_validated(Path(path) if path is not None else EXECUTION_FILE, ExecutionFile).model_dump()
+
+
+def load_timing_data() -> None:
+    """Load (and so validate) the timing model's data files: timing constants, calibration and execution options."""
+    load_constants()
+    load_calibration()
+    _execution_table()
 
 
 def default_execution(model_name: str, **overrides) -> Execution:

@@ -11,11 +11,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field, PositiveInt, model_validator
 from scipy.optimize import least_squares
 
-from conformance.fileio import load_toml, write_text_atomic
+from conformance.datafiles import Schema, fail, read_toml, validate
+from conformance.fileio import write_text_atomic
+from conformance.hardware.ipu.policy import load_precisions
 from conformance.hardware.ipu.timing.cost import (
     CALIBRATION_FILE,
     PARAMETER_NAMES,
@@ -24,6 +28,7 @@ from conformance.hardware.ipu.timing.cost import (
     default_execution,
 )
 from conformance.hardware.ipu.timing.predict import Prediction, predict
+from models import MODEL_NAMES
 
 PUBLISHED_FILE = Path(__file__).with_name("published.toml")
 DEVICE = "c600"  # every published row is a C600
@@ -62,17 +67,47 @@ class PublishedRow:
         return f"{self.model} {self.precision} batch {self.batch}{unit}"
 
 
-def load_rows(path: Path = PUBLISHED_FILE) -> list[PublishedRow]:
-    data = load_toml(path)
-    rows = []
-    for i, entry in enumerate(data.get("row", [])):
-        try:
-            rows.append(PublishedRow(**entry))
-        except TypeError as exc:
-            raise ValueError(f"{path}: row {i + 1}: {exc}") from None
-        if rows[-1].fit is False and not rows[-1].reason:
-            raise ValueError(f"{path}: row {i + 1} ({rows[-1].label}) is left out of the fit without a reason")
-    return rows
+Positive = Annotated[int | float, Field(gt=0)]  # a published figure, kept as written (an integer stays one)
+
+
+class PublishedRowSchema(Schema):
+    model: Literal[MODEL_NAMES]
+    precision: str
+    batch: PositiveInt
+    clients: PositiveInt
+    qps: Positive
+    avg_ms: Positive
+    p99_ms: Positive
+    fit: bool = True
+    packed: bool = False
+    reason: str = ""
+    set: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.p99_ms < self.avg_ms:
+            raise ValueError(f"p99_ms {self.p99_ms:g} is below avg_ms {self.avg_ms:g}")
+        if not self.fit and not self.reason.strip():
+            raise ValueError("a row left out of the fit (fit = false) needs a reason")
+        return self
+
+
+class PublishedFile(Schema):
+    row: list[PublishedRowSchema] = Field(min_length=1)
+
+
+def load_rows(path: Path | None = None) -> list[PublishedRow]:
+    """The published rows of ``path`` (default: published.toml), validated; a DataFileError (a ValueError) naming the
+    file, line, row and key otherwise."""
+    path = Path(path) if path is not None else PUBLISHED_FILE
+    data, text = read_toml(path)
+    rows = validate(data, PublishedFile, path, text).row
+    precisions = load_precisions()[0]
+    for index, row in enumerate(rows):
+        if row.precision not in precisions:
+            fail(path, ("row", index, "precision"), f"unknown precision {row.precision!r}; expected one of: "
+                 f"{', '.join(precisions)}", text)
+    return [PublishedRow(**row.model_dump()) for row in rows]
 
 
 @dataclass
