@@ -3,8 +3,9 @@
 One loop per call, one rounding per element, fused into the pass that computes the value: the same float32
 arithmetic and bit operations as :class:`conformance.numerics.formats._NearestRounding` (the numpy oracle), applied
 element by element instead of pass by pass, so the results are bit-identical (tested on the oracle's hard value sets).
-The functions hold no GIL (``nogil``): the callers split large arrays over their worker threads. Compiled code is
-cached on disk (``cache=True``) next to this file.
+Division follows IEEE (``error_model="numpy"``: x / 0 is +-Inf or NaN, as in numpy). The functions hold no GIL
+(``nogil``): the callers split large arrays over their worker threads. Compiled code is cached on disk
+(``cache=True``) next to this file.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def _float(typingctx, bits):
     return types.float32(types.uint32), codegen
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _round(v, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
     """RNE of float32 ``v`` onto the grid, without branches: C = clamp(exponent field, low, high) + offset as a
     float, (v + C) - C; zero results keep v's sign where ``sign_keep`` is the sign mask; then overflow as the numpy
@@ -59,7 +60,7 @@ def _round(v, low, high, offset, sign_keep, limit_bits, over_sign, over_base, in
     return _float(yb)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
     """out[i] = round(a[i] op b[i]); one loop per op, so that each is straight-line code the compiler vectorizes."""
     n = out.size
@@ -85,7 +86,7 @@ def _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, 
                             nan_canonical)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _scalar(op, a, s, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
     """out[i] = round(a[i] op s) for one float32 ``s``."""
     n = out.size
@@ -107,7 +108,7 @@ def _scalar(op, a, s, out, low, high, offset, sign_keep, limit_bits, over_sign, 
                             nan_canonical)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def binary_round(a, b, out, op, outer, mid, inner, b_full, low, high, offset, sign_keep, limit_bits, over_sign,
                  over_base, inf_nan, nan_canonical):
     """``out = round(a op b)`` over flat float32 arrays of ``outer * mid * inner`` elements. ``b_full``: b has a's

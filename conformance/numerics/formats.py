@@ -447,7 +447,7 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
             and a.flags.c_contiguous and b.flags.c_contiguous):
         split = (0, 0, 0) if b.shape == shape else _single_axis_broadcast(shape, b.shape)
     if split is None:
-        y = _NUMPY_OPS[op](a, b, dtype=np.float32, out=out)
+        y = np.asarray(_NUMPY_OPS[op](a, b, dtype=np.float32, out=out))  # 0-d operands give a scalar: an array
         if y.size:
             _round_nearest_into(y, y, info, scale, overflow)
         return y
