@@ -89,7 +89,15 @@ def test_report_written_and_regression_fails_the_run(suite):
     result = suite.runpytest("--report-dir", str(first))
     result.assert_outcomes(passed=5)
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*= conformance =*", "conformance PASS*", "*resnet50*fp8*Offline*samples_per_s*500*PASS*"])
+    # a progress line per test, then the summary and the matrix, the verdict line last of the section
+    result.stdout.fnmatch_lines(["[[]conformance[]] resnet50 fp8 Offline: * s, PASS", "*= conformance =*",
+                                 "resnet50 *PASS fp8 400 samples/s*PASS fp8 500 samples/s",
+                                 "report: *", "conformance PASS: hardware=cpu*", "*= 5 passed in *"])
+    assert "samples_per_s" not in result.stdout.str(), "the detailed checks table needs -v"
+    verbose = suite.runpytest("-v")
+    verbose.stdout.fnmatch_lines(["*resnet50*fp8*Offline*samples_per_s*500*PASS*", "conformance PASS*"])
+    quiet = suite.runpytest("-q")
+    assert "[conformance]" not in quiet.stdout.str()
     for name in ("results.json", "compliance.md", "results.csv", "results.html"):
         assert (first / name).is_file(), name
     results = load(first / "results.json")

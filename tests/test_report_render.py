@@ -67,7 +67,7 @@ def test_every_record_is_a_row_of_the_tables(sample):
     html = render.results_html(sample)
     for record in sample["records"]:
         assert record["check"] in text and record["check"] in html
-    assert text.splitlines()[0].startswith("conformance FAIL")
+    assert text.splitlines()[-1].startswith("conformance FAIL: "), "the verdict line comes last"
     assert "REGRESSION performance/resnet50/fp8/Offline/samples_per_s" in text
 
 
@@ -137,10 +137,10 @@ def test_simulated_and_measured_figures_render_differently_in_every_format(sampl
         assert provenance in simulated[fmt] and provenance not in measured[fmt], fmt
         assert "measured" in measured[fmt], fmt
     # the run summary says it once, with the chip's description in the documents
-    assert f"| performance figures | {provenance} |" in simulated["md"].replace("  ", "")
+    assert re.search(rf"\| performance figures \| {provenance} +\|", simulated["md"])
     assert "Graphcore C600 PCIe card" in simulated["md"] and "Graphcore C600 PCIe card" in simulated["html"]
-    assert simulated["terminal"].splitlines()[1] == f"performance figures: {provenance}"
-    assert measured["terminal"].splitlines()[1] == "performance figures: measured"
+    assert f"performance figures: {provenance}" in simulated["terminal"].splitlines()
+    assert "performance figures: measured" in measured["terminal"].splitlines()
     # every performance and audit row of the checks table is marked; accuracy rows are not
     def rows(text, check):  # the checks table's rows of ``check``
         return [line for line in text.splitlines() if f" {check} " in line and f" {check} PASS" not in line]
@@ -152,7 +152,7 @@ def test_simulated_and_measured_figures_render_differently_in_every_format(sampl
             assert " measured " in meas and " simulated " not in meas, (fmt, meas)
         for line in rows(simulated[fmt], "f1_ratio") + rows(measured[fmt], "f1_ratio"):
             assert "simulated" not in line and "measured" not in line, (fmt, line)
-    assert re.search(r"<th>Timing\s*</th>", simulated["html"]) and re.search(r"<td>simulated\s*</td>", simulated["html"])
+    assert re.search(r"<th[^>]*>Timing\s*</th>", simulated["html"]) and re.search(r"<td>simulated\s*</td>", simulated["html"])
     assert re.search(r"<td>measured\s*</td>", measured["html"]) and not re.search(r"<td>simulated\s*</td>", measured["html"])
     # results.csv: MLPerf's notes column of the performance rows; accuracy-only rows have no figure to qualify
     assert csv_row(with_timing(sample, "simulated", C600), "Server")["notes"] == provenance

@@ -2,19 +2,27 @@
 
 Works the same in a serial run and on the pytest-xdist controller: the records travel on each report's
 ``user_properties`` (a list of ``(key, value)`` pairs, lists after xdist's serialisation), and every phase's report carries
-the whole list recorded so far, so the last phase's list is the test's complete set.
+the whole list recorded so far, so the last phase's list is the test's complete set. The suite's own entries (check
+records, known-failure entries) are JSON text there (see :func:`properties`), so that ``--junitxml`` shows them as
+JSON rather than Python reprs.
 """
 
 from __future__ import annotations
+
+import json
 
 from conformance.report.checks import RECORD_KEY
 
 XFAIL_KEY = "conformance_xfail"
 KIND_ORDER = ("reference", "accuracy", "performance", "audit")
+_PROGRESS_VERDICT = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "skipped", "xfailed": "XFAIL",
+                     "xpassed": "XPASS"}
 
 
 def _message(report) -> str:
-    """One line saying why a test failed or was skipped."""
+    """Why a test failed or was skipped, whole, as the terminal shows it: the failing gate, value and target, the
+    diagnosis and the reproduce command of a conformance failure (``Failed: `` dropped); an unexpected exception's
+    type and message."""
     longrepr = report.longrepr
     if longrepr is None:
         return ""
@@ -22,9 +30,19 @@ def _message(report) -> str:
         return str(longrepr[2]).removeprefix("Skipped: ")
     crash = getattr(longrepr, "reprcrash", None)
     if crash is not None and getattr(crash, "message", None):
-        return crash.message.splitlines()[0] if crash.message else ""
-    lines = [line for line in str(longrepr).splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
+        return crash.message.removeprefix("Failed: ").rstrip()
+    text = str(longrepr).strip("\n")
+    return text.removeprefix("Failed: ")
+
+
+def properties(report) -> list[tuple]:
+    """The report's user properties, the suite's records and known-failure entries decoded from JSON."""
+    result = []
+    for key, value in report.user_properties or ():
+        if key in (RECORD_KEY, XFAIL_KEY) and isinstance(value, str):
+            value = json.loads(value)
+        result.append((key, value))
+    return result
 
 
 class Collector:
@@ -36,7 +54,7 @@ class Collector:
             report.nodeid, {"id": report.nodeid, "outcome": None, "duration_s": 0.0, "message": "", "xfail": None, "_props": []}
         )
         entry["duration_s"] += float(getattr(report, "duration", 0.0) or 0.0)
-        entry["_props"] = [tuple(p) for p in (report.user_properties or ())]
+        entry["_props"] = properties(report)
         outcome = _phase_outcome(report)
         if outcome is None:
             return
@@ -62,6 +80,28 @@ class Collector:
                 "xfail": xfail,
             })
         return result
+
+    def progress(self, node_id: str) -> str:
+        """A finished test in one line: model, precision, scenario or kind, samples, elapsed time, verdict."""
+        entry = self._tests.get(node_id)
+        if entry is None or entry["outcome"] is None:
+            return ""
+        records = [dict(v) for k, v in entry["_props"] if k == RECORD_KEY]
+        verdict = _PROGRESS_VERDICT.get(entry["outcome"], entry["outcome"].upper())
+        if verdict == "PASS" and any(r.get("established") is False and r.get("passed") for r in records):
+            verdict = "PASS*"
+        name = node_id.split("::")[-1]
+        parts = []
+        if records:
+            first = records[0]
+            name = f"{first.get('model')} {first.get('precision')} {first.get('scenario') or first.get('kind')}"
+            details = first.get("details") or {}
+            samples = details.get("samples", details.get("query_count"))
+            if isinstance(samples, int):
+                parts.append(f"{samples} {'samples' if 'samples' in details else 'queries'}")
+        parts.append(f"{entry['duration_s']:.1f} s")
+        reason = entry["message"].splitlines()[0] if entry["outcome"] in ("skipped", "failed", "error") and entry["message"] else ""
+        return f"{name}: {', '.join(parts)}, {verdict}" + (f" ({reason[:100]})" if reason else "")
 
     def records(self) -> list[dict]:
         """Every check record with its test's outcome and a stable id, in a fixed order."""

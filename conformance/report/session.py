@@ -20,6 +20,7 @@ OS error.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 import tempfile
@@ -201,6 +202,8 @@ class ReportSession:
         failure that passed is left as it is: its regressions still fail the run at the end)."""
         outcome = yield
         report = outcome.get_result()
+        report.user_properties = [(key, json.dumps(value, sort_keys=True)) if key in (RECORD_KEY, XFAIL_KEY) else (key, value)
+                                  for key, value in report.user_properties]  # JSON in --junitxml, not reprs
         if self.baseline is None or report.when != "call" or not report.passed or hasattr(report, "wasxfail"):
             return
         records = [dict(value) for key, value in item.user_properties if key == RECORD_KEY]
@@ -211,6 +214,18 @@ class ReportSession:
 
     def pytest_runtest_logreport(self, report) -> None:
         self.collector.add(report)
+        if report.when == "teardown" and not self.is_worker:
+            self._progress(report.nodeid)
+
+    def _progress(self, node_id: str) -> None:
+        """One line per finished test (not under ``-q``): what it ran, how long, the verdict."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or self.config.get_verbosity() < 0:
+            return
+        line = self.collector.progress(node_id)
+        if line:
+            reporter.ensure_newline()
+            reporter.write_line(f"[conformance] {line}")
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         if self.is_worker:
@@ -262,7 +277,8 @@ class ReportSession:
         if self.results is None:
             return
         terminalreporter.section("conformance")
-        for line in render.terminal(self.results).rstrip("\n").splitlines():
+        text = render.terminal(self.results, detailed=self.config.get_verbosity() > 0).rstrip("\n").splitlines()
+        for line in text[:-1]:
             terminalreporter.write_line(line)
         if self.write_error is not None:
             terminalreporter.write_line(f"report: NOT written: {self.write_error} (exit status "
@@ -270,6 +286,8 @@ class ReportSession:
         elif self.report_dir is not None:
             terminalreporter.write_line(f"report: {self.report_dir}/ (results.json, "
                                         f"{', '.join(render.REPORT_FILES)}, plots: {self.results['plots']['status']})")
+        passed = self.results["verdict"] == "PASS"  # the verdict last, after the tables
+        terminalreporter.write_line(text[-1], green=passed, red=not passed, bold=True)
 
 
 def _describe_error(exc: BaseException) -> str:
@@ -281,14 +299,13 @@ def _describe_error(exc: BaseException) -> str:
 
 
 def _moved(value, staging: Path, report_dir: Path):
-    """``value`` (tests or records) with every mention of the staging directory changed to the report directory."""
-    old, new = str(staging), str(report_dir)
+    """``value`` (tests or records) with every path into the staging directory made relative to the report (``loadgen/
+    resnet50-fp8-Offline``; the directory itself is ``.``): results.json holds no path of the machine that wrote it."""
+    old = str(staging)
     if isinstance(value, str):
         if old not in value:
             return value
-        if new == ".":  # as Path(".") / "loadgen" names it
-            value = value.replace(old + os.sep, "")
-        return value.replace(old, new)
+        return value.replace(old + os.sep, "").replace(old, ".")
     if isinstance(value, dict):
         return {k: _moved(v, staging, report_dir) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
