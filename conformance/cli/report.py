@@ -1,9 +1,14 @@
-"""Render the compliance table again from one or more results.json files (``ipu-conformance report``).
+"""Render the compliance table again from one or more results.json files, compare two runs, or check a file against
+the published schema.
 
-Several files (the shards of one run, e.g. from ``pytest --shard i/n`` on n machines) are merged into one table; files
-from different settings or commits, or overlapping ones, are refused. The exit status is the verdict: 0 PASS, 1 FAIL
-(also for an incomplete set of shards); the command's own errors have other codes: 2 for unusable input (and bad
-arguments), 3 when ``--out`` or ``--merged-json`` cannot be written.
+  ipu-conformance report RESULTS_JSON [...]       render (several files: the shards of one run, merged)
+  ipu-conformance report compare OLD.json NEW.json  the checks that changed; exit 1 if a verdict got worse
+  ipu-conformance report validate RESULTS_JSON      check against results.schema.json; exit 1 naming the first bad field
+
+Rendering: files from different settings or commits, or overlapping ones, are refused; the exit status is the verdict:
+0 PASS, 1 FAIL (also for an incomplete set of shards). The command's own errors have other codes: 2 for unusable input
+(and bad arguments), 3 when ``--out`` or ``--merged-json`` cannot be written; ``validate`` exits 4 for a file it cannot
+read. (A results file named ``compare`` or ``validate`` is given as ``./compare``.)
 """
 
 from __future__ import annotations
@@ -14,15 +19,17 @@ from pathlib import Path
 
 from conformance.fileio import write_text_atomic
 from conformance.report import record as results_record
-from conformance.report import render
+from conformance.report import compare, render
 from conformance.report.merge import MergeError, merge
 
-EXIT_PASS, EXIT_FAIL, EXIT_UNUSABLE_INPUT, EXIT_CANNOT_WRITE = 0, 1, 2, 3
+EXIT_PASS, EXIT_FAIL, EXIT_UNUSABLE_INPUT, EXIT_CANNOT_WRITE, EXIT_USAGE = 0, 1, 2, 3, 4
+VERBS = ("compare", "validate")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS_JSON", help="results.json file(s) of a run")
-    parser.add_argument("--format", choices=tuple(render.FORMATS), default="terminal",
+    parser.add_argument("results", nargs="+", metavar="RESULTS_JSON",
+                        help="results.json file(s) of a run; or 'compare OLD NEW', or 'validate FILE'")
+    parser.add_argument("--format", choices=tuple(dict.fromkeys([*render.FORMATS, *compare.FORMATS])), default="terminal",
                         help="output format: %(choices)s (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="write to FILE (atomically) instead of standard output (default: standard output)")
@@ -30,14 +37,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the merged results record to FILE (default: not written)")
 
 
-def run(args) -> int:
+def _error(message: str, code: int) -> int:
+    print(f"ipu-conformance report: error: {message}", file=sys.stderr)
+    return code
+
+
+def validate(path: Path) -> int:
+    """0 valid; 1 invalid, naming the first offending field; 4 when the file cannot be read."""
     try:
-        named = [(str(path), results_record.load(path)) for path in args.results]
-        results = merge(named)
-    except (results_record.ResultsError, MergeError) as exc:
-        print(f"ipu-conformance report: error: {exc}", file=sys.stderr)
-        return EXIT_UNUSABLE_INPUT
-    text = render.FORMATS[args.format](results)
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return _error(f"validate {path}: cannot read it ({reason})", EXIT_USAGE)
+    try:
+        results_record.validate(results_record.json.loads(text), source=str(path))
+    except results_record.json.JSONDecodeError as exc:
+        print(f"{path}: invalid: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
+        return EXIT_FAIL
+    except results_record.ResultsError as exc:
+        print(f"invalid: {exc}")
+        return EXIT_FAIL
+    print(f"{path}: valid {results_record.SCHEMA} results file")
+    return EXIT_PASS
+
+
+def run_compare(args, old_path: Path, new_path: Path) -> int:
+    if args.format not in compare.FORMATS or args.merged_json is not None:
+        return _error(f"compare prints {', '.join(compare.FORMATS)} (--format) and merges nothing (--merged-json)",
+                      EXIT_UNUSABLE_INPUT)
+    try:
+        old, new = results_record.load(old_path), results_record.load(new_path)
+    except results_record.ResultsError as exc:
+        return _error(str(exc), EXIT_UNUSABLE_INPUT)
+    text = compare.FORMATS[args.format](old, new, str(old_path), str(new_path))
+    code = _output(args, text, None)
+    if code is not None:
+        return code
+    return EXIT_FAIL if compare.worsened(old, new) else EXIT_PASS
+
+
+def _output(args, text: str, results: dict | None) -> int | None:
+    """Write ``text`` to --out (or standard output) and the merged record to --merged-json; an exit code on failure."""
     for path, write in ((args.out, lambda p: write_text_atomic(p, text)),
                         (args.merged_json, lambda p: results_record.write(p, results))):
         if path is None:
@@ -45,8 +85,33 @@ def run(args) -> int:
         try:
             write(path)
         except OSError as exc:
-            print(f"ipu-conformance report: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_CANNOT_WRITE
+            return _error(f"cannot write {path}: {exc.strerror or exc}", EXIT_CANNOT_WRITE)
     if args.out is None:
         sys.stdout.write(text)
+    return None
+
+
+def run(args) -> int:
+    verb, paths = (args.results[0], [Path(p) for p in args.results[1:]]) if args.results[0] in VERBS \
+        else (None, [Path(p) for p in args.results])
+    if verb == "validate":
+        if len(paths) != 1:
+            return _error(f"validate takes one results file, got {len(paths)}", EXIT_UNUSABLE_INPUT)
+        return validate(paths[0])
+    if verb == "compare":
+        if len(paths) != 2:
+            return _error(f"compare takes two results files (OLD NEW), got {len(paths)}", EXIT_UNUSABLE_INPUT)
+        return run_compare(args, *paths)
+    if args.format not in render.FORMATS:
+        return _error(f"--format {args.format} is for compare; rendering takes {', '.join(render.FORMATS)}",
+                      EXIT_UNUSABLE_INPUT)
+    try:
+        named = [(str(path), results_record.load(path)) for path in paths]
+        results = merge(named)
+    except (results_record.ResultsError, MergeError) as exc:
+        return _error(str(exc), EXIT_UNUSABLE_INPUT)
+    text = render.FORMATS[args.format](results)
+    code = _output(args, text, results)
+    if code is not None:
+        return code
     return EXIT_PASS if results["verdict"] == "PASS" else EXIT_FAIL
