@@ -27,6 +27,9 @@ from models import MODEL_NAMES, canonical_name
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
 REPORT_KEY = pytest.StashKey[ReportSession]()
 THREADS_VARIABLE = "CONFORMANCE_THREADS"
+# cases beside the six models, run when --model is not given or names them
+EXTRA_CASES = ("minilm",)
+EXTRA_CASE_MODULES = {"test_minilm.py": "minilm"}
 
 
 def _model_names(value: str) -> list[str]:
@@ -39,9 +42,9 @@ def _model_names(value: str) -> list[str]:
                 f"{value!r} has an empty model name; expected NAME[,NAME...] with each NAME one of: "
                 f"{', '.join(MODEL_NAMES)}")
         try:
-            name = canonical_name(part)
+            name = part.lower() if part.lower() in EXTRA_CASES else canonical_name(part)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            raise argparse.ArgumentTypeError(f"{exc}; or {', '.join(EXTRA_CASES)} (the trained checkpoint case)") from None
         if name in names:
             raise argparse.ArgumentTypeError(f"{value!r} names model {name!r} twice ({names[name]!r} and {part!r})")
         names[name] = part
@@ -49,13 +52,33 @@ def _model_names(value: str) -> list[str]:
 
 
 def selected_models(config: pytest.Config) -> tuple[str, ...]:
-    """``--model`` (each model once over all its uses, else a usage error) or all six."""
+    """``--model`` (each model once over all its uses, else a usage error) or all six; the extra cases
+    (``minilm``) are not models of the suite's matrix: :func:`selected_cases` says whether they run."""
     chosen = [name for group in config.getoption("model") for name in group]
     repeated = sorted({name for name in chosen if chosen.count(name) > 1})
     if repeated:
         raise pytest.UsageError(f"--model: {', '.join(map(repr, repeated))} given more than once (an alias counts as "
                                 f"the model it names); give each model once")
-    return tuple(chosen) if chosen else MODEL_NAMES
+    models = tuple(name for name in chosen if name not in EXTRA_CASES)
+    return models if chosen else MODEL_NAMES
+
+
+def selected_cases(config: pytest.Config) -> tuple[str, ...]:
+    """The extra cases to run: all of them without ``--model``, else only those ``--model`` names."""
+    chosen = [name for group in config.getoption("model") for name in group]
+    return tuple(case for case in EXTRA_CASES if not chosen or case in chosen)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """An extra case's test module is not collected when ``--model`` leaves it out (``--model widedeep``), nor the
+    six models' modules when ``--model`` names extra cases only (``--model minilm``)."""
+    if collection_path.parent != Path(__file__).parent or not collection_path.name.startswith("test_"):
+        return None
+    case = EXTRA_CASE_MODULES.get(collection_path.name)
+    if case is not None:
+        return True if case not in selected_cases(config) else None
+    chosen = [name for group in config.getoption("model") for name in group]
+    return True if chosen and all(name in EXTRA_CASES for name in chosen) else None
 
 
 def check_threads() -> None:
@@ -175,7 +198,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=_model_names,
         default=[],
         metavar="NAME[,NAME...]",
-        help="model(s) to run, repeatable or a comma list (default: all six)",
+        help="model(s) to run, repeatable or a comma list; minilm names the trained all-MiniLM-L6-v2 case "
+        "(default: all six and minilm)",
     )
     group.addoption(
         "--profile",

@@ -23,7 +23,7 @@ SUBCOMMANDS = {
     "reference": ("conformance.cli.reference", "generate or verify the FP32 reference outputs"),
     "predict": ("conformance.cli.predict", "predict time per batch and throughput on an IPU from the timing model"),
     "calibrate": ("conformance.cli.calibrate", "refit the IPU timing model to published results and print the residuals"),
-    "report": ("conformance.cli.report", "render (and merge) the compliance table from results.json files"),
+    "report": ("conformance.cli.report", "render (and merge) results.json files, compare two runs, validate a file"),
 }
 
 
@@ -36,7 +36,11 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ipu-conformance", description="IPU conformance suite tools.")
+    parser = argparse.ArgumentParser(
+        prog="ipu-conformance", description="IPU conformance suite tools.",
+        epilog="The conformance run itself is the pytest main job: pytest conformance/ --hardware ipu "
+               "[--profile smoke|default|full] [--model NAME,...] [--report-dir DIR] (see pytest --help, group "
+               "'IPU conformance suite'); its exit code is the release verdict.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
