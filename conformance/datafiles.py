@@ -73,7 +73,8 @@ def format_problems(path, problems: list[tuple[int | None, str, str]]) -> str:
 
     if len(problems) == 1:
         return one(*problems[0])
-    listed = [f"  {one(*p)}" for p in problems[:MAX_LISTED]]
+    listed = [f"  {f'line {line}: ' if line else ''}{f'{key}: ' if key else ''}{message}"
+              for line, key, message in problems[:MAX_LISTED]]
     more = len(problems) - MAX_LISTED
     tail = [f"  ... and {more} more"] if more > 0 else []
     return "\n".join([f"{path}: {len(problems)} problems", *listed, *tail])

@@ -1,0 +1,331 @@
+"""Bad inputs and faults, each put to the real entry point: the main job (``pytest conformance/ ... --co`` in-process:
+every check fires at configuration time, before any test), the ``ipu-conformance`` CLI, or ``models.load_model`` for
+checkpoints. Each row says what is wrong and what must come back: the exit code and words of the message that name the
+offending file, key, option or value. A data file is replaced by an edited copy (the loader's file constant patched,
+its cache cleared), never edited in place.
+
+To add a row, append a :class:`Bad` to ``CASES`` (or a list the parametrization joins); nothing else changes."""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance.cli import main as cli_main
+from conformance.hardware.ipu import policy
+from conformance.hardware.ipu.timing import chips, cost, fit
+from conformance.targets import audit, performance, profiles, regression
+from models import CheckpointError, load_model
+from tests.test_models_config import FIRST, _widedeep_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+SUITE = ["-q", "--hardware", "ipu", "--profile", "smoke", "--model", "widedeep"]
+COLLECT_ONLY = ["--co"]
+SELECT_NOTHING = ["-k", "no_test_has_this_name"]  # where --co would skip the check: a run that selects no test
+# every cached loader of a data file: cleared around each row, so that a patched file constant is read
+LOADERS = (performance.load_performance_targets, profiles.load_profiles, profiles.reference_samples,
+           audit.load_audit_config, policy.load_precisions, chips.load_devices, cost.load_constants,
+           cost.load_calibration, cost.calibration_hash, cost._execution_table)
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One bad input. ``entry``: "suite" (the main job, ``SUITE`` + ``--co`` + ``args``), "cli" (``ipu-conformance`` + ``args``)
+    or "checkpoint" (``load_model("widedeep", checkpoint=<tmp>/ckpt)``). ``file``/``old``/``new``: the data file
+    ``module:CONSTANT`` replaced by a copy with ``old`` changed to ``new``. ``setup(tmp_path)`` prepares files the
+    arguments name (``{tmp}`` in an argument is the test's directory). ``code``: the exit code (None: the call raises
+    ``raises``). ``says``: words the message must contain."""
+
+    id: str
+    entry: str = "suite"
+    args: tuple[str, ...] = ()
+    env: dict = field(default_factory=dict)
+    file: str | None = None
+    old: str = ""
+    new: str = ""
+    setup: Callable[[Path], None] | None = None
+    code: int | None = 4
+    raises: type[BaseException] | None = None
+    says: tuple[str, ...] = ()
+    collect_only: bool = True  # the main job with --co (else with a -k that selects nothing)
+    names_line: bool = True  # a data file row: the message names the edited line (not only its table's)
+    accepted: str = ""  # why the input is still accepted: the row is a strict expected failure until it is refused
+
+
+def data(file: str, old: str, new: str, *says: str, entry: str = "suite", args: tuple[str, ...] = (), code: int = 4,
+         name: str = "", names_line: bool = True) -> Bad:
+    """A row that edits one data file (``module:CONSTANT`` of its loader); the message must name the file's name too."""
+    basename = _resolve(file).name
+    return Bad(name, entry=entry, args=args, file=file, old=old, new=new, code=code, says=(basename, *says),
+               names_line=names_line)
+
+
+def _resolve(file: str) -> Path:
+    module, constant = file.split(":")
+    return getattr(importlib.import_module(module), constant)
+
+
+PERF = "conformance.targets.performance:PERFORMANCE_FILE"
+PROF = "conformance.targets.profiles:PROFILES_FILE"
+AUDIT = "conformance.targets.audit:AUDIT_FILE"
+REGR = "conformance.targets.regression:TOLERANCES_FILE"
+PREC = "conformance.hardware.ipu.policy:PRECISIONS_FILE"
+CHIPS = "conformance.hardware.ipu.timing.chips:DEVICES_FILE"
+TIMING = "conformance.hardware.ipu.timing.cost:TIMING_FILE"
+CALIB = "conformance.hardware.ipu.timing.cost:CALIBRATION_FILE"
+EXEC = "conformance.hardware.ipu.timing.cost:EXECUTION_FILE"
+PUBL = "conformance.hardware.ipu.timing.fit:PUBLISHED_FILE"
+PREDICT = ("predict", "resnet50", "--precision", "fp16", "--batch-size", "2")
+
+
+def _file(name: str, content: str | bytes) -> Callable[[Path], None]:
+    def make(tmp_path: Path) -> None:
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (target.write_bytes if isinstance(content, bytes) else target.write_text)(content)
+    return make
+
+
+def _checkpoint(convert=None, config: Callable[[dict], object] | None = None) -> Callable[[Path], None]:
+    def make(tmp_path: Path) -> None:
+        _, path = _widedeep_checkpoint(tmp_path, convert)
+        if config is not None:
+            cfg = path / "config.json"
+            cfg.write_text(json.dumps(config(json.loads(cfg.read_text()))))
+    return make
+
+
+def _poison(key, value):
+    if key != FIRST[0]:
+        return value
+    value = value.copy()
+    value.flat[0] = np.nan
+    return value
+
+
+CASES = [
+    # -- options and environment of the main job ---------------------------------------------------------------------
+    Bad("model-empty", args=("--model", ""), says=("--model", "empty model name")),
+    Bad("model-twice", args=("--model", "widedeep,wide&deep"), says=("--model", "names model 'widedeep' twice")),
+    Bad("model-unknown", args=("--model", "gpt5"), says=("--model", "'gpt5'")),
+    Bad("hardware-unknown", args=("--hardware", "tpu"), says=("--hardware", "'tpu'")),
+    Bad("profile-unknown", args=("--profile", "huge"), says=("--profile", "'huge'")),
+    Bad("precision-unknown", args=("--precision", "fp4"), says=("--precision", "'fp4'", "fp16, fp16-half-partials")),
+    Bad("device-unknown", args=("--device", "h100"), says=("--device h100", "c600")),
+    Bad("shard-out-of-range", args=("--shard", "3/2"), says=("--shard", "3/2")),
+    Bad("xfail-file-missing", args=("--xfail-file", "{tmp}/none.txt"), says=("--xfail-file", "none.txt", "no such file")),
+    Bad("xfail-file-directory", args=("--xfail-file", "{tmp}"), says=("--xfail-file", "a directory")),
+    Bad("baseline-missing", args=("--baseline", "{tmp}/old/results.json"), says=("old/results.json", "no such file")),
+    Bad("baseline-not-results", args=("--baseline", "{tmp}/list.json"), setup=_file("list.json", "[1, 2]"),
+        says=("list.json",)),
+    Bad("threads-zero", env={"CONFORMANCE_THREADS": "0"}, says=("CONFORMANCE_THREADS='0'", "positive integer")),
+    Bad("threads-word", env={"CONFORMANCE_THREADS": "two"}, says=("CONFORMANCE_THREADS='two'",)),
+    # -- the report directory ----------------------------------------------------------------------------------------
+    Bad("report-dir-is-a-file", args=("--report-dir", "{tmp}/report"), setup=_file("report", "not a directory"),
+        says=("--report-dir", "report")),
+    Bad("report-dir-held", args=("--report-dir", "{tmp}/held"), setup=lambda tmp: _hold_lock(tmp / "held"),
+        says=("held", f"pid {os.getpid()}"), collect_only=False),
+    # -- performance targets -----------------------------------------------------------------------------------------
+    data(PERF, "[targets.widedeep.ipu.fp16]\nSingleStream = 1.6", "[targets.widedeep.ipu.fp16]\nSingleStream = true",
+         "targets.widedeep.ipu.fp16.SingleStream = true", "valid number", name="perf-bool-as-number"),
+    data(PERF, "rows_per_sample = 1024", "rows_per_sample = 1024\nrow_per_sample = 1", "unknown key 'row_per_sample'",
+         "allowed keys: server_latency_ms", name="perf-unknown-key"),
+    data(PERF, "Offline = 24560", "Offline = -5", "Offline = -5", "greater than 0", name="perf-negative-target"),
+    data(PERF, "server_latency_ms = 60", "server_latency_ms = 0", "models.widedeep.server_latency_ms = 0",
+         "greater than 0", name="perf-latency-bound-zero"),
+    data(PERF, "[targets.widedeep.ipu.fp8]", "[targets.widedeep.ipu.fp9]", "targets.widedeep.ipu.fp9",
+         "unknown precision 'fp9'", "fp16, fp16-half-partials, fp8, fp8-weights", name="perf-unknown-precision"),
+    data(PERF, "[targets.widedeep.ipu.fp16]\nSingleStream", "[targets.widedeep.ipu.fp16]\nStreaming = 2.0\nSingleStream",
+         "unknown name 'Streaming'", "'SingleStream', 'MultiStream', 'Server' or 'Offline'", name="perf-unknown-scenario"),
+    data(PERF, "max_batch = { ipu = 20, cpu = 1, null = 20 }", "max_batch = { ipu = 20, cpu = 1, nul = 20 }",
+         "unknown name 'nul'", "'cpu', 'ipu' or 'null'", name="perf-unknown-hardware"),
+    data(PERF, "[models.widedeep]", "[models.widedeep", "not valid TOML", name="perf-toml-syntax"),
+    data(PERF, "[models.widedeep]", "[models.wide-deep]", "unknown name 'wide-deep'", name="perf-unknown-model"),
+    # -- profiles ----------------------------------------------------------------------------------------------------
+    data(PROF, "widedeep = 1024 }\nbatch_size", "widedeep = -5 }\nbatch_size", "smoke.samples.widedeep = -5",
+         "greater than 0", name="profile-negative-samples"),
+    data(PROF, "strict_xfails = true", "strict_xfails = 1", "full.strict_xfails = 1", "valid boolean",
+         name="profile-number-as-bool"),
+    data(PROF, "sampling_target = 32", "sampling_target = 32\nsampling = 4", "default.audit", "unknown key 'sampling'",
+         name="profile-unknown-key"),
+    data(PROF, 'models = ["resnet50", "widedeep"', 'models = ["resnet5", "widedeep"', 'smoke.audit.models[0] = "resnet5"',
+         "'resnet50'", name="profile-unknown-model"),
+    data(PROF, "samples = { albert = 16, ", "samples = { ", "reference.samples", "lacks model(s) albert",
+         name="profile-missing-model"),
+    data(PROF, "Server = 600, Offline = 1 }, cpu", "Server = 600 }, cpu", "smoke.performance.min_query_count.ipu",
+         "lacks the required key 'Offline'", name="profile-missing-scenario"),
+    data(PROF, "min_duration_ms = 300", "min_duration_ms = 0", "smoke.performance.min_duration_ms = 0",
+         name="profile-zero-duration"),
+    data(PROF, "[full]\n", "[fulll]\n", "unknown key 'fulll'", "full: lacks the required key 'samples'",
+         name="profile-misspelt-table"),
+    # -- audit settings ----------------------------------------------------------------------------------------------
+    data(AUDIT, "accuracy_delta = 0.01", "accuracy_delta = 1.5", "TEST01.accuracy_delta = 1.5", "less than or equal to 1",
+         name="audit-ratio-above-one"),
+    data(AUDIT, "max_speedup = 1.10", "max_speedup = 0.9", "TEST04.max_speedup = 0.9", "greater than 1",
+         name="audit-speedup-below-one"),
+    data(AUDIT, "remeasure = 1", "remeasure = true", "TEST04.remeasure = true", "valid integer",
+         name="audit-bool-as-count"),
+    data(AUDIT, 'scenarios = ["Offline", "SingleStream"]', 'scenarios = ["Offline", "Streaming"]',
+         'TEST01.scenarios[1] = "Streaming"', name="audit-unknown-scenario"),
+    # -- regression tolerances ---------------------------------------------------------------------------------------
+    data(REGR, "rel = 0.001", "rel = -0.001", "accuracy.rel = -0.001", "greater than or equal to 0",
+         name="regression-negative"),
+    data(REGR, "[performance.timing.simulated]", "[performance.timing.simulted]", "unknown name 'simulted'",
+         "'measured' or 'simulated'", name="regression-unknown-timing"),
+    # -- precisions --------------------------------------------------------------------------------------------------
+    data(PREC, 'partials = "float"', 'partials = "double"', 'precisions.fp16.partials = "double"', "'float' or 'half'",
+         name="precision-unknown-partials"),
+    data(PREC, "calibration_samples = 1024", "calibration_samples = 0", "fp8.widedeep.calibration_samples = 0",
+         name="precision-zero-samples"),
+    data(PREC, 'scales = "amax"\ncalibration_samples = 1024', 'scales = "fixed"\ninput_scale = -3\ncalibration_samples = 1024',
+         "fp8.widedeep", "needs weight_scale", name="precision-fixed-without-scale",
+         names_line=False),  # a rule across keys: the table's line
+    data(PREC, "[fp8.widedeep]", "[fp8.wide_deep]", "unknown name 'wide_deep'", name="precision-unknown-model"),
+    # -- chips, timing constants, execution options, calibration -----------------------------------------------------
+    data(CHIPS, "[c600]\n", "[c600]\ntile = 4\n", "c600", "unknown key 'tile'", name="chip-unknown-key"),
+    data(CHIPS, "tiles = 1472\nclock_ghz = 1.486", "tiles = 0\nclock_ghz = 1.486", "c600.tiles = 0", "greater than 0",
+         name="chip-zero-tiles"),
+    data(CHIPS, "amp_tflops = { fp16 = 280.0, fp32 = 70.0, fp8 = 560.0 }",
+         "amp_tflops = { fp16 = 280.0, fp32 = 70.0, fp4 = 560.0 }", "c600.amp_tflops", "unknown name 'fp4'",
+         name="chip-unknown-type"),
+    data(TIMING, "matrix = 3", "matrix = -3", "supersteps.matrix = -3", name="timing-negative-steps"),
+    data(EXEC, "batches_per_step = 1024", "batches_per_step = 0", "widedeep.batches_per_step = 0",
+         name="execution-zero-batches"),
+    data(EXEC, "packed = false\nclients = 5", "packed = 0\nclients = 5", "widedeep.packed = 0", "valid boolean",
+         name="execution-number-as-bool"),
+    data(CALIB, "amp_efficiency = 0.", "amp_efficiency = 1.", "parameters.amp_efficiency", "less than or equal to 1",
+         name="calibration-efficiency-above-one"),
+    # -- the same files through the CLI (its errors exit 2) ----------------------------------------------------------
+    data(PUBL, "qps = 7062", "qps = -7062", "row[0].qps = -7062", entry="cli", args=("calibrate", "--check"), code=2,
+         name="published-negative-qps"),
+    data(PUBL, "fit = false\nreason", "fit = false\nreasons", "unknown key 'reasons'", entry="cli",
+         args=("calibrate", "--check"), code=2, name="published-unknown-key"),
+    data(CHIPS, "host_gbps = 32.0", "host_gbps = -32.0", "c600.host_gbps = -32.0", entry="cli", args=PREDICT, code=2,
+         name="predict-bad-chip-file"),
+    # -- predict's own arguments -------------------------------------------------------------------------------------
+    Bad("predict-clients-zero", entry="cli", args=(*PREDICT, "--clients", "0"), code=2, says=("--clients",)),
+    Bad("predict-set-not-a-number", entry="cli", args=(*PREDICT, "--set", "image_size=abc"), code=2,
+        says=("image_size", "expects an integer", "'abc'")),
+    Bad("predict-batch-does-not-fit", entry="cli", args=(*PREDICT[:-1], "100000"), code=1,
+        says=("does not fit", "--allow-overflow")),
+    Bad("predict-unknown-device", entry="cli", args=(*PREDICT, "--device", "h100"), code=2, says=("h100", "c600")),
+    # -- report CLI --------------------------------------------------------------------------------------------------
+    Bad("report-missing-file", entry="cli", args=("report", "{tmp}/none.json"), code=2, says=("none.json",)),
+    Bad("report-not-results", entry="cli", args=("report", "{tmp}/list.json"), setup=_file("list.json", "[1]"), code=2,
+        says=("list.json",)),
+    # -- checkpoints -------------------------------------------------------------------------------------------------
+    Bad("checkpoint-int-tensor", entry="checkpoint", setup=_checkpoint(lambda k, v: v.astype(np.int64) if k == FIRST[0] else v),
+        code=None, raises=CheckpointError, says=(FIRST[0], "int64", "expected a float dtype")),
+    Bad("checkpoint-nan", entry="checkpoint", setup=_checkpoint(_poison), code=None, raises=CheckpointError,
+        says=(FIRST[0], "non-finite")),
+    Bad("checkpoint-config-list", entry="checkpoint", setup=_checkpoint(config=lambda c: [c]), code=None,
+        raises=CheckpointError, says=("config.json", "not a JSON object")),
+    Bad("checkpoint-config-typo", entry="checkpoint", setup=_checkpoint(config=lambda c: {**c, "embeding_dim": 4}),
+        code=None, raises=CheckpointError, says=("embeding_dim",),
+        accepted="models.widedeep.load reads only the config fields it knows and ignores any other key"),
+]
+
+
+def _hold_lock(directory: Path) -> None:
+    """A report directory held by a live run (this process) through the suite's lock file."""
+    directory.mkdir()
+    handle = open(directory / ".conformance.lock", "w")  # noqa: SIM115 - kept open: the lock lives as long as it
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    handle.write(json.dumps({"pid": os.getpid(), "host": "here", "started": "now"}))
+    handle.flush()
+    _HELD.append(handle)
+
+
+_HELD: list = []
+
+
+@pytest.fixture
+def clean_loaders():
+    for loader in LOADERS:
+        loader.cache_clear()
+    yield
+    for loader in LOADERS:
+        loader.cache_clear()
+    while _HELD:
+        _HELD.pop().close()
+
+
+def _run(case: Bad, tmp_path: Path, pytester, capsys) -> tuple[int | None, str]:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in case.args]
+    if case.entry == "suite":
+        how = COLLECT_ONLY if case.collect_only else SELECT_NOTHING
+        result = pytester.runpytest(str(REPO / "conformance"), *SUITE, *how, *args)
+        return int(result.ret), result.stderr.str() + result.stdout.str()
+    if case.entry == "cli":
+        try:
+            code = cli_main(args)
+        except SystemExit as exc:
+            code = exc.code
+        captured = capsys.readouterr()
+        return code, captured.err + captured.out
+    if case.entry == "checkpoint":
+        with pytest.raises(case.raises) as info:
+            load_model("widedeep", checkpoint=tmp_path / "ckpt")
+        return None, str(info.value)
+    raise AssertionError(f"unknown entry {case.entry!r}")
+
+
+def _params(cases):
+    return [pytest.param(case, id=case.id, marks=[pytest.mark.xfail(strict=True, reason=case.accepted)]
+                         if case.accepted else []) for case in cases]
+
+
+@pytest.mark.parametrize("case", _params(CASES))
+def test_bad_input_is_refused_naming_it(case, tmp_path, pytester, capsys, monkeypatch, clean_loaders):
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
+    if case.file is not None:
+        module, constant = case.file.split(":")
+        original = _resolve(case.file)
+        text = original.read_text()
+        assert case.old in text, f"{case.id}: {case.old!r} is not in {original}"
+        copy = tmp_path / "data" / original.name
+        copy.parent.mkdir()
+        copy.write_text(text.replace(case.old, case.new, 1))
+        monkeypatch.setattr(importlib.import_module(module), constant, copy)
+    if case.setup is not None:
+        case.setup(tmp_path)
+    code, message = _run(case, tmp_path, pytester, capsys)
+    assert code == case.code, f"{case.id}: exit {code}, expected {case.code}:\n{message}"
+    missing = [word for word in case.says if word not in message]
+    assert not missing, f"{case.id}: the message lacks {missing}:\n{message}"
+    if case.file is not None and case.names_line:  # the edited line is named: "file:LINE:" (one problem) or "line LINE:" (several)
+        line = _first_changed_line(text, copy.read_text())
+        assert f":{line}:" in message or f"line {line}:" in message or f"at line {line}," in message, \
+            f"{case.id}: the message does not name line {line}:\n{message}"
+    assert "Traceback" not in message, message
+
+
+def _first_changed_line(before: str, after: str) -> int:
+    for number, (old, new) in enumerate(zip(before.splitlines(), after.splitlines()), start=1):
+        if old != new:
+            return number
+    raise AssertionError("the copy is not edited")
+
+
+def test_the_table_is_large_and_its_ids_distinct():
+    ids = [case.id for case in CASES]
+    assert len(ids) >= 40 and len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("file", [PERF, PROF, AUDIT, REGR, PREC, CHIPS, TIMING, CALIB, EXEC, PUBL])
+def test_the_shipped_data_files_are_valid(file, clean_loaders):
+    """The rows above edit these files; unedited, each loads (the main job's own data is what the rows start from)."""
+    loader = {PERF: performance.load_performance_targets, PROF: profiles.load_profiles, AUDIT: audit.load_audit_config,
+              REGR: regression.load_tolerances, PREC: policy.load_precisions, CHIPS: chips.load_devices,
+              TIMING: cost.load_constants, CALIB: cost.load_calibration, EXEC: cost._execution_table,
+              PUBL: fit.load_rows}[file]
+    assert loader()
