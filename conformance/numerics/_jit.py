@@ -109,11 +109,77 @@ def _scalar(op, a, s, out, low, high, offset, sign_keep, limit_bits, over_sign, 
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def binary_round(a, b, out, op, outer, mid, inner, b_full, low, high, offset, sign_keep, limit_bits, over_sign,
-                 over_base, inf_nan, nan_canonical):
+def _vector_inplace(op, out, b, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                    nan_canonical):
+    """out[i] = round(out[i] op b[i]): two arrays, so that the compiler's overlap check lets it vectorize."""
+    n = out.size
+    if op == ADD:
+        for i in range(n):
+            out[i] = _round(out[i] + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == SUB:
+        for i in range(n):
+            out[i] = _round(out[i] - b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == MUL:
+        for i in range(n):
+            out[i] = _round(out[i] * b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == DIV:
+        for i in range(n):
+            out[i] = _round(out[i] / b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    else:
+        for i in range(n):
+            out[i] = _round(out[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _scalar_inplace(op, out, s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                    nan_canonical):
+    """out[i] = round(out[i] op s) for one float32 ``s``."""
+    n = out.size
+    if op == ADD:
+        for i in range(n):
+            out[i] = _round(out[i] + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == SUB:
+        for i in range(n):
+            out[i] = _round(out[i] - s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == MUL:
+        for i in range(n):
+            out[i] = _round(out[i] * s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    else:
+        for i in range(n):
+            out[i] = _round(out[i] / s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def binary_round(a, b, out, op, outer, mid, inner, b_full, inplace, low, high, offset, sign_keep, limit_bits,
+                 over_sign, over_base, inf_nan, nan_canonical):
     """``out = round(a op b)`` over flat float32 arrays of ``outer * mid * inner`` elements. ``b_full``: b has a's
     size; else b has ``mid`` elements, broadcast along the outer and inner axes (a bias per row or per channel).
-    ``op`` COPY ignores b (a plain rounding). ``out`` may be ``a``."""
+    ``op`` COPY ignores b (a plain rounding). ``inplace``: ``out`` is ``a`` (a loop over a distinct ``a`` and ``out``
+    that are the same memory would not be vectorized)."""
+    if inplace:
+        if b_full or op == COPY:
+            _vector_inplace(op, out, b, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+        elif inner == 1:
+            for o in range(outer):
+                _vector_inplace(op, out[o * mid:(o + 1) * mid], b, low, high, offset, sign_keep, limit_bits,
+                                over_sign, over_base, inf_nan, nan_canonical)
+        else:
+            for o in range(outer):
+                for k in range(mid):
+                    base = (o * mid + k) * inner
+                    _scalar_inplace(op, out[base:base + inner], b[k], low, high, offset, sign_keep, limit_bits,
+                                    over_sign, over_base, inf_nan, nan_canonical)
+        return
     if b_full or op == COPY:
         _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                 nan_canonical)

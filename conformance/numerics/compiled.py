@@ -66,7 +66,7 @@ def _load():
         with _lock:
             if _loaded is None:
                 try:
-                    from conformance.numerics import _jit  # deferred: numba is imported on first use only
+                    import conformance.numerics._jit as _jit  # deferred: numba is imported on first use only
                     _loaded = _jit
                 except ImportError as exc:
                     warnings.warn(f"numba cannot be imported ({exc}); the IPU emulator runs its numpy kernels "
@@ -101,6 +101,8 @@ def _params(rounding) -> tuple:
 
 def binary_round_span(kernels, op: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, outer: int, mid: int,
                       inner: int, b_full: bool, rounding) -> None:
-    """``out = round(a op b)`` on flat C-contiguous float32 arrays, in this thread (see ``_jit.binary_round``)."""
+    """``out = round(a op b)`` on flat C-contiguous float32 arrays, in this thread (see ``_jit.binary_round``).
+    ``out`` is ``a`` itself or memory of neither operand (callers see to it)."""
+    inplace = out.__array_interface__["data"][0] == a.__array_interface__["data"][0]
     kernels.binary_round(a, b, out, np.int64(OPS[op]), np.int64(outer), np.int64(mid), np.int64(inner), bool(b_full),
-                         *_params(rounding))
+                         inplace, *_params(rounding))

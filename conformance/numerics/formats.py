@@ -443,8 +443,9 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
                         f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}")
     kernels = compiled.jit()
     split = None
+    overlap = out is not None and ((out is not a and np.shares_memory(out, a)) or np.shares_memory(out, b))
     if (kernels is not None and a.dtype == np.float32 and b.dtype == np.float32 and a.shape == shape
-            and a.flags.c_contiguous and b.flags.c_contiguous):
+            and a.flags.c_contiguous and b.flags.c_contiguous and not overlap):
         split = (0, 0, 0) if b.shape == shape else _single_axis_broadcast(shape, b.shape)
     if split is None:
         y = np.asarray(_NUMPY_OPS[op](a, b, dtype=np.float32, out=out))  # 0-d operands give a scalar: an array
