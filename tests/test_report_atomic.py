@@ -106,7 +106,7 @@ def test_new_set_replaces_the_previous_one_whole_and_keeps_other_files(suite, mo
     out = suite.path / "out"
     first_report(suite, monkeypatch)
     results = json.loads((out / "results.json").read_text())
-    assert results["records"][0]["details"]["log_dir"] == "out/loadgen/case"  # the report's path, not the staging's
+    assert results["records"][0]["details"]["log_dir"] == "loadgen/case"  # relative to the report, not the staging directory
     out.joinpath("notes.txt").write_text("mine")
     out.joinpath("artifacts").mkdir()
     out.joinpath("artifacts", "stale.npz").write_text("from an older run")  # part of a report: replaced
@@ -360,7 +360,7 @@ def test_xdist_workers_write_into_the_staged_set(suite):
     assert result.ret == 0
     out = suite.path / "out"
     assert (out / "loadgen" / "case" / "log.txt").read_text() == "run"
-    assert json.loads((out / "results.json").read_text())["records"][0]["details"]["log_dir"] == "out/loadgen/case"
+    assert json.loads((out / "results.json").read_text())["records"][0]["details"]["log_dir"] == "loadgen/case"  # relative to the report
     assert leftovers(suite) == []
 
 

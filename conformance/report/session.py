@@ -223,9 +223,9 @@ class ReportSession:
         if reporter is None or self.config.get_verbosity() < 0:
             return
         line = self.collector.progress(node_id)
-        if line:
-            reporter.ensure_newline()
-            reporter.write_line(f"[conformance] {line}")
+        if line:  # under pytest's dots: pytest ends the line and writes the file name again before the next dot
+            reporter.write(f"\n[conformance] {line}")
+            reporter.currentfspath = None
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         if self.is_worker:
