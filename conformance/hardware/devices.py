@@ -15,6 +15,7 @@ sample per row would measure Python, not the device.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -24,6 +25,50 @@ import numpy as np
 from models.seeds import EVAL_SEED
 
 EMPTY_RESPONSE = np.zeros(0, np.uint8)
+RESPONSE_KINDS = "biufc"  # numpy dtype kinds of an answer: bool, integers, floats, complex (bytes as LoadGen logs them)
+
+
+class MalformedResponses(ValueError):
+    """A device's answers to a batch are not one numeric array per sample, of one dtype and shape."""
+
+
+def check_responses(responses, count: int) -> list[np.ndarray]:
+    """The device's answers to a batch of ``count`` samples, checked: a sequence of ``count`` numpy arrays of one
+    numeric dtype and one shape (the samples of a batch are answered alike), returned C-contiguous so that LoadGen can
+    read their bytes. :class:`MalformedResponses` says what is wrong otherwise."""
+    if responses is None or isinstance(responses, (str, bytes, dict)) or not hasattr(responses, "__len__"):
+        raise MalformedResponses(f"responses are {type(responses).__name__}; expected a list of {count} numpy arrays, "
+                                 f"one per sample")
+    if len(responses) != count:
+        raise MalformedResponses(f"{len(responses)} responses for a batch of {count} samples; expected one per sample")
+    checked = []
+    for k, response in enumerate(responses):
+        if not isinstance(response, np.ndarray):
+            raise MalformedResponses(f"response {k} of {count} is {type(response).__name__}; expected a numpy array")
+        if response.dtype.kind not in RESPONSE_KINDS:
+            raise MalformedResponses(f"response {k} of {count} has dtype {response.dtype}; expected a numeric dtype "
+                                     f"(bool, integer, float or complex)")
+        checked.append(np.ascontiguousarray(response))
+    shapes = {(r.dtype.str, r.shape) for r in checked}
+    if len(shapes) > 1:
+        found = ", ".join(f"{np.dtype(d)}{list(shape)}" for d, shape in sorted(shapes))
+        raise MalformedResponses(f"the {count} responses of one batch differ in dtype or shape ({found}); expected "
+                                 f"one dtype and shape for every sample")
+    return checked
+
+
+def check_service(value, count: int) -> tuple[float, float]:
+    """A simulated device's ``service_time`` of a batch of ``count`` samples, checked: (occupancy, latency) in seconds,
+    each finite and >= 0. :class:`MalformedResponses` says what is wrong otherwise."""
+    try:
+        occupancy, latency = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise MalformedResponses(f"service_time of a batch of {count} samples returned {value!r}; expected "
+                                 f"(occupancy_s, latency_s), two numbers") from None
+    if not (math.isfinite(occupancy) and math.isfinite(latency) and occupancy >= 0 and latency >= 0):
+        raise MalformedResponses(f"service_time of a batch of {count} samples returned occupancy {occupancy} s and "
+                                 f"latency {latency} s; expected finite times >= 0")
+    return occupancy, latency
 
 
 @dataclass(frozen=True)

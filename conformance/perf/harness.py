@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -21,6 +22,7 @@ import numpy as np
 
 from conformance.hardware.base import SCENARIOS
 from conformance.hardware.devices import Device
+from conformance.perf.interrupts import deferred_interrupts
 from conformance.perf.sut import BatchingSUT
 
 COMPLIANT_MIN_DURATION_MS = 600_000  # MLPerf inference rules: every performance run lasts at least 600 s
@@ -210,7 +212,9 @@ def loadgen_log_settings(log_dir: Path, trace: bool = False):
 def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | None = None, *, max_batch: int = 1,
                  batch_timeout_s: float = 0.0, total_sample_count: int | None = None, name: str = "sut") -> ScenarioResult:
     """One LoadGen run of ``settings.scenario`` against ``device``; LoadGen's logs go to ``log_dir`` (a new temporary
-    directory when None). The SUT's errors are returned in ``sut_errors``; every issued query is completed."""
+    directory when None). The SUT's errors are returned in ``sut_errors``; every issued query is completed. An
+    interrupt (SIGINT, SIGTERM) during the run lets LoadGen finish (:mod:`conformance.perf.interrupts`) and is raised
+    again when it has returned."""
     if log_dir is None:
         log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{settings.scenario}-"))
     log_dir = Path(log_dir)
@@ -218,29 +222,34 @@ def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | Non
     if settings.scenario in ("SingleStream",):
         max_batch = 1
     total = int(total_sample_count or settings.performance_sample_count)
-    load_errors: list[str] = []
+    loadgen_settings, log_settings = settings.loadgen_settings(), loadgen_log_settings(log_dir)
+    sut = BatchingSUT(device, max_batch=max_batch, batch_timeout_s=batch_timeout_s if settings.scenario == "Server" else 0.0,
+                      name=name if settings.scenario in name else f"{name} ({settings.scenario})")
 
-    def guarded(method):  # an exception must not cross into LoadGen's C++ thread
+    def guarded(method):  # an exception must not cross into LoadGen's C++ frames: it fails the run instead
         def call(indices):
             try:
                 method(list(indices))
-            except BaseException as exc:
-                load_errors.append(f"QSL {method.__name__}: {type(exc).__name__}: {exc}")
+            except BaseException as exc:  # noqa: BLE001
+                sut.fail(f"QSL {method.__name__} of {len(indices)} samples", exc)
         return call
 
-    qsl = lg.ConstructQSL(total, int(settings.performance_sample_count), guarded(device.load), guarded(device.unload))
-    sut = BatchingSUT(device, max_batch=max_batch, batch_timeout_s=batch_timeout_s if settings.scenario == "Server" else 0.0,
-                      name=name)
-    log_settings = loadgen_log_settings(log_dir)
     start = time.perf_counter()
-    try:
-        lg.StartTestWithLogSettings(sut.sut, qsl, settings.loadgen_settings(), log_settings)
-    finally:
-        wall = time.perf_counter() - start
-        sut.close()
-        lg.DestroyQSL(qsl)
+    with deferred_interrupts(lambda signum: sut.finish(f"{signal.Signals(signum).name} received")):
+        try:
+            qsl = lg.ConstructQSL(total, int(settings.performance_sample_count), guarded(device.load),
+                                  guarded(device.unload))
+            try:
+                lg.StartTestWithLogSettings(sut.sut, qsl, loadgen_settings, log_settings)
+            finally:
+                lg.DestroyQSL(qsl)
+        finally:
+            wall = time.perf_counter() - start
+            sut.close()
+    if sut.interrupted:
+        raise KeyboardInterrupt(f"{sut.name}: interrupted in a LoadGen callback")
     result = parse_result(settings.scenario, log_dir, settings.min_duration_ms)
-    result.sut_errors = load_errors + list(sut.errors)
+    result.sut_errors = list(sut.errors)
     result.issued, result.completed, result.wall_s = sut.issued, sut.completed, wall
     result.details["batches"] = sut.batches
     if sut.lateness:  # completions later than the simulated device's due time: the host's scheduling, not the device

@@ -31,7 +31,7 @@ import numpy as np
 import simpy
 
 from conformance.fileio import write_text_atomic
-from conformance.hardware.devices import ServiceTimeDevice
+from conformance.hardware.devices import MalformedResponses, ServiceTimeDevice, check_service
 from conformance.perf import loadgen_rules as rules
 from conformance.perf.harness import (
     COMPLIANT_MIN_DURATION_MS,
@@ -68,18 +68,27 @@ class SimulationTrace:
     last_completion: float = 0.0
     batches: int = 0
     batch_sizes: list[int] = field(default_factory=list)
+    samples_issued: int = 0
+    samples_completed: int = 0
+    errors: list[str] = field(default_factory=list)  # the device's error that ended the run early (at most one)
 
 
 class _BatchingSUT:
-    """The batching policy in front of the device (see the module docstring). Queued samples are (query, index)."""
+    """The batching policy in front of the device (see the module docstring). Queued samples are (query, index).
+
+    When the device raises or returns a malformed service time, the error is recorded and the SUT has *failed*: the
+    queued samples and every later one are completed at once, unserved (no latency recorded), and LoadGen stops
+    issuing, so that the run ends and is failed with the error, as the real harness does."""
 
     def __init__(self, env: simpy.Environment, device: ServiceTimeDevice, max_batch: int, batch_timeout_s: float,
-                 trace: SimulationTrace):
+                 trace: SimulationTrace, name: str = "sut"):
         self.env = env
         self.device = device
         self.max_batch = max_batch
         self.batch_timeout_s = batch_timeout_s
         self.trace = trace
+        self.name = name
+        self.failed = False
         self.queue: deque[tuple[_Query, int]] = deque()
         self.free_at = 0.0
         self._arrival: simpy.Event | None = None  # set while the dispatcher waits for a sample
@@ -87,9 +96,26 @@ class _BatchingSUT:
 
     def issue(self, query: _Query) -> None:
         query.pending = len(query.samples)
+        self.trace.samples_issued += len(query.samples)
+        if self.failed:
+            self._complete([(query, i) for i in query.samples], self.env.now, served=False)
+            return
         self.queue.extend((query, i) for i in query.samples)
         if self._arrival is not None and not self._arrival.triggered:
             self._arrival.succeed()
+
+    def _service(self, batch: list[tuple[_Query, int]]) -> tuple[float, float] | None:
+        """The device's (occupancy, latency) of the batch, checked; None (and the SUT failed) on an error."""
+        try:
+            return check_service(self.device.service_time([index for _, index in batch]), len(batch))
+        except Exception as exc:  # noqa: BLE001 - recorded; the run is failed with it
+            detail = str(exc) if isinstance(exc, MalformedResponses) else f"{type(exc).__name__}: {exc}"
+            self.trace.errors.append(f"{self.name}, device {type(self.device).__name__}: service_time of "
+                                     f"{len(batch)} samples at virtual time {self.env.now:.9f} s: {detail}")
+            self.failed = True
+            self._complete(batch + list(self.queue), self.env.now, served=False)
+            self.queue.clear()
+            return None
 
     def _wait_for_arrival(self, timeout: float | None = None):
         self._arrival = self.env.event()
@@ -109,21 +135,29 @@ class _BatchingSUT:
                 while len(self.queue) < self.max_batch and deadline > env.now:
                     yield self._wait_for_arrival(deadline - env.now)
             batch = [self.queue.popleft() for _ in range(min(self.max_batch, len(self.queue)))]
-            occupancy, latency = self.device.service_time([index for _, index in batch])
+            service = self._service(batch)
+            if service is None:
+                return
+            occupancy, latency = service
             self.free_at = env.now + occupancy
             self.trace.batches += 1
             self.trace.batch_sizes.append(len(batch))
             done = env.now + latency
             env.timeout(latency).callbacks.append(lambda _, batch=batch, done=done: self._complete(batch, done))
 
-    def _complete(self, batch: list[tuple[_Query, int]], done: float) -> None:
+    def _complete(self, batch: list[tuple[_Query, int]], done: float, served: bool = True) -> None:
+        """Complete the samples at ``done``; unserved ones (a failed device) record no latency."""
         trace = self.trace
-        trace.last_completion = max(trace.last_completion, done)
+        trace.samples_completed += len(batch)
+        if served:
+            trace.last_completion = max(trace.last_completion, done)
         for query, _ in batch:
-            trace.sample_latencies.append(done - query.scheduled)
+            if served:
+                trace.sample_latencies.append(done - query.scheduled)
             query.pending -= 1
             if query.pending == 0:
-                trace.query_latencies.append(done - query.scheduled)
+                if served:
+                    trace.query_latencies.append(done - query.scheduled)
                 if query.finished is not None:
                     query.finished.succeed()
 
@@ -179,6 +213,8 @@ class _LoadGen:
         generated = rules.generated_query_count(s.scenario, s.min_duration_ms, s.min_query_count,
                                                 expected_latency_ns=s.expected_latency_ns)
         for _ in range(generated):
+            if self.sut.failed:
+                return
             query = self._issue(self._samples(per_query))
             if rules.stream_issue_done(self.trace.queries_issued, self.env.now, s.min_duration_ms, s.min_query_count,
                                        s.max_duration_ms):
@@ -191,6 +227,8 @@ class _LoadGen:
         for at in rules.server_schedule(s.target_qps, s.min_duration_ms, s.min_query_count, SCHEDULE_SEED).scheduled_s:
             if at > self.env.now:
                 yield self.env.timeout(at - self.env.now)
+            if self.sut.failed:
+                return
             self._issue(self._samples(1), wait=False)
 
     def _offline(self):
@@ -203,15 +241,16 @@ class _LoadGen:
 
 
 def simulate(device: ServiceTimeDevice, settings: ScenarioSettings, *, max_batch: int = 1,
-             batch_timeout_s: float = 0.0) -> SimulationTrace:
-    """Run one scenario on virtual time and return what it measured."""
+             batch_timeout_s: float = 0.0, name: str = "sut") -> SimulationTrace:
+    """Run one scenario on virtual time and return what it measured (a device error ends it early: ``errors``)."""
     if max_batch < 1:
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     if settings.scenario == "SingleStream":
         max_batch = 1
     env = simpy.Environment()
     trace = SimulationTrace()
-    sut = _BatchingSUT(env, device, max_batch, batch_timeout_s if settings.scenario == "Server" else 0.0, trace)
+    sut = _BatchingSUT(env, device, max_batch, batch_timeout_s if settings.scenario == "Server" else 0.0, trace,
+                       name=name if settings.scenario in name else f"{name} ({settings.scenario})")
     loadgen = _LoadGen(env, sut, settings, int(settings.performance_sample_count), trace)
     env.run(env.process(loadgen.run()))
     env.run()  # the queries still in flight
@@ -265,22 +304,26 @@ def summarize(trace: SimulationTrace, settings: ScenarioSettings, log_dir: Path 
                              final_scheduled_s=trace.final_scheduled, last_completion_s=trace.last_completion,
                              samples_per_query=(offline_samples(settings) if scenario == "Offline"
                                                 else settings.samples_per_query if scenario == "MultiStream" else 1))
+    valid, reasons = verdict.valid, list(verdict.reasons)
+    if trace.errors:  # the device failed: the run ended early and its figures mean nothing
+        valid, reasons = False, [f"the system under test failed: {trace.errors[0]}"] + reasons
     details["early_stopping_met"] = verdict.early_stopping_met
     details["early_stopping_result"] = " ".join(verdict.early_stopping_result.split())
     metric, units, _ = METRICS[scenario]
     value, details["metric_basis"] = scenario_metric(scenario, details)
     result = ScenarioResult(
-        scenario=scenario, valid=verdict.valid, metric=metric, value=value, units=units, checks=verdict.checks,
-        invalid_reason="; ".join(verdict.reasons), compliant_length=settings.min_duration_ms >= COMPLIANT_MIN_DURATION_MS,
+        scenario=scenario, valid=valid, metric=metric, value=value, units=units, checks=verdict.checks,
+        invalid_reason="; ".join(reasons), compliant_length=settings.min_duration_ms >= COMPLIANT_MIN_DURATION_MS,
         log_dir=str(log_dir) if log_dir is not None else "", query_count=trace.queries_issued, details=details,
-        issued=len(trace.sample_latencies), completed=len(trace.sample_latencies),
+        issued=trace.samples_issued, completed=trace.samples_completed, sut_errors=list(trace.errors),
     )
     if log_dir is not None:
         summary = {"scenario": scenario, "clock": "virtual", "settings": {k: getattr(settings, k) for k in (
             "min_duration_ms", "min_query_count", "max_duration_ms", "performance_sample_count", "expected_latency_s",
             "target_qps", "server_latency_ms", "samples_per_query")}, "seeds": {"sample_index": SAMPLE_INDEX_SEED,
             "schedule": SCHEDULE_SEED}, "valid": result.valid, "checks": result.checks,
-            "invalid_reason": result.invalid_reason, "metric": metric, "value": value, "units": units, "details": details}
+            "invalid_reason": result.invalid_reason, "metric": metric, "value": value, "units": units, "details": details,
+            "sut_errors": result.sut_errors}
         write_text_atomic(Path(log_dir) / SUMMARY_FILE, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
     return result
 
@@ -289,8 +332,10 @@ def simulate_scenario(device: ServiceTimeDevice, settings: ScenarioSettings, log
                       max_batch: int = 1, batch_timeout_s: float = 0.0, total_sample_count: int | None = None,
                       name: str = "sut") -> ScenarioResult:
     """One scenario of ``device`` on virtual time: :func:`~conformance.perf.harness.run_scenario`'s counterpart with the
-    same arguments (``total_sample_count`` and ``name`` only matter to the real LoadGen's QSL and SUT)."""
-    trace = simulate(device, settings, max_batch=max_batch, batch_timeout_s=batch_timeout_s)
+    same arguments (``total_sample_count`` only matters to the real LoadGen's QSL; ``name`` names the run in errors).
+    A device error ends the run early and is returned in ``sut_errors`` (the run is then INVALID); an interrupt raises
+    ``KeyboardInterrupt`` out of the simulation (it holds no threads and nothing outside the process)."""
+    trace = simulate(device, settings, max_batch=max_batch, batch_timeout_s=batch_timeout_s, name=name)
     return summarize(trace, settings, log_dir)
 
 
