@@ -13,6 +13,7 @@ import pytest
 from conformance.hardware import get_backend, hardware_names
 from conformance.numerics.compiled import KERNEL_PATHS, KERNELS_VARIABLE, configured_path
 from conformance.numerics.formats import worker_threads
+from conformance.perf.interrupts import terminate_as_interrupt
 from conformance.report import xfails
 from conformance.report.session import ReportSession
 from conformance.report.shard import parse_shard
@@ -304,6 +305,7 @@ def _configure(config: pytest.Config) -> None:
     )
     check_data_files()
     check_targets_runnable(settings)
+    config.add_cleanup(terminate_as_interrupt())  # SIGTERM stops the run as Ctrl-C does: exit 2, the report written
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
     report = ReportSession(config, settings)
     config.stash[REPORT_KEY] = report

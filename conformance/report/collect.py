@@ -71,10 +71,12 @@ class Collector:
         result = []
         for node_id in sorted(self._tests):
             entry = self._tests[node_id]
+            if entry["outcome"] is None:  # set up but never finished: the test the run was interrupted in
+                continue
             xfail = next((dict(v) for k, v in entry["_props"] if k == XFAIL_KEY), None)
             result.append({
                 "id": node_id,
-                "outcome": entry["outcome"] or "passed",
+                "outcome": entry["outcome"],
                 "duration_s": round(entry["duration_s"], 3),
                 "message": entry["message"],
                 "xfail": xfail,
@@ -108,6 +110,8 @@ class Collector:
         outcomes = {t["id"]: t["outcome"] for t in self.tests()}
         records = []
         for node_id, entry in self._tests.items():
+            if node_id not in outcomes:
+                continue
             for key, value in entry["_props"]:
                 if key == RECORD_KEY:
                     records.append({**dict(value), "outcome": outcomes[node_id]})
