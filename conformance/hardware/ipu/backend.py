@@ -14,7 +14,7 @@ from conformance.hardware.ipu.ops import Fp8Plan, IpuOps
 from conformance.hardware.ipu.policy import PRECISIONS_FILE, Fp8Settings, Policy, load_precisions
 from conformance.hardware.ipu.simulated import SimulatedIpu
 from conformance.hardware.ipu.timing.chips import DEVICE_NAMES as CHIP_NAMES
-from conformance.hardware.ipu.timing.chips import get_device
+from conformance.hardware.ipu.timing.chips import get_device, load_devices
 from conformance.hardware.ipu.timing.cost import calibration_hash, default_execution, load_timing_data
 
 
@@ -42,9 +42,9 @@ class IpuBackend(Backend):
     chips = CHIP_NAMES
 
     def __init__(self, chip: str | None = None, precisions_file: Path | None = None):
+        load_devices()  # first: a chips.toml that is not valid is named, not taken for an unknown --device
         super().__init__(chip)
         self.policies, self.fp8_settings = load_precisions(precisions_file)
-        get_device(self.chip)
         load_timing_data()  # every data file is validated before a run uses the backend
         self.precisions = tuple(self.policies)
         self._plans: dict[tuple, tuple[object, Fp8Plan]] = {}

@@ -109,4 +109,13 @@ def get_device(name: str = DEFAULT_DEVICE) -> Chip:
     return devices[key]
 
 
-DEVICE_NAMES = tuple(load_devices())
+def _device_names() -> tuple[str, ...]:
+    """The chips' names (``--device`` choices); empty when chips.toml is not valid: the error then comes, naming the
+    file and key, where a chip is used (:func:`get_device`), not as a traceback on import."""
+    try:
+        return tuple(load_devices())
+    except ValueError:
+        return ()
+
+
+DEVICE_NAMES = _device_names()
