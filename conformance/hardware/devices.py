@@ -32,10 +32,15 @@ class MalformedResponses(ValueError):
     """A device's answers to a batch are not one numeric array per sample, of one dtype and shape."""
 
 
-def check_responses(responses, count: int) -> list[np.ndarray]:
+def _signature(response: np.ndarray) -> str:
+    return f"{response.dtype}{list(response.shape)}"
+
+
+def check_responses(responses, count: int, like: np.ndarray | None = None) -> list[np.ndarray]:
     """The device's answers to a batch of ``count`` samples, checked: a sequence of ``count`` numpy arrays of one
-    numeric dtype and one shape (the samples of a batch are answered alike), returned C-contiguous so that LoadGen can
-    read their bytes. :class:`MalformedResponses` says what is wrong otherwise."""
+    numeric dtype and one shape (every sample of a run is answered alike: also the dtype and shape of ``like``, an
+    earlier answer, when given), returned C-contiguous so that LoadGen can read their bytes.
+    :class:`MalformedResponses` says what is wrong otherwise."""
     if responses is None or isinstance(responses, (str, bytes, dict)) or not hasattr(responses, "__len__"):
         raise MalformedResponses(f"responses are {type(responses).__name__}; expected a list of {count} numpy arrays, "
                                  f"one per sample")
@@ -49,11 +54,13 @@ def check_responses(responses, count: int) -> list[np.ndarray]:
             raise MalformedResponses(f"response {k} of {count} has dtype {response.dtype}; expected a numeric dtype "
                                      f"(bool, integer, float or complex)")
         checked.append(np.ascontiguousarray(response))
-    shapes = {(r.dtype.str, r.shape) for r in checked}
+    shapes = sorted({_signature(r) for r in checked})
     if len(shapes) > 1:
-        found = ", ".join(f"{np.dtype(d)}{list(shape)}" for d, shape in sorted(shapes))
-        raise MalformedResponses(f"the {count} responses of one batch differ in dtype or shape ({found}); expected "
-                                 f"one dtype and shape for every sample")
+        raise MalformedResponses(f"the {count} responses of one batch differ in dtype or shape ({', '.join(shapes)}); "
+                                 f"expected one dtype and shape for every sample")
+    if like is not None and checked and shapes[0] != _signature(like):
+        raise MalformedResponses(f"the responses of this batch ({shapes[0]}) differ from the run's earlier ones "
+                                 f"({_signature(like)}); expected one dtype and shape for every sample")
     return checked
 
 

@@ -60,6 +60,7 @@ class BatchingSUT:
         self._due: list = []  # heap of (due time, sequence, pending samples, responses)
         self._sequence = 0
         self._busy = False  # a batch is being handed to the device (inline or by the dispatcher)
+        self._first_answer: np.ndarray | None = None  # every later answer has its dtype and shape
         self.lateness: list[float] = []  # how late after its due time each batch was completed (host scheduling)
         self._cond = threading.Condition()
         self._due_cond = threading.Condition()
@@ -238,7 +239,9 @@ class BatchingSUT:
                 if not math.isfinite(due):
                     raise MalformedResponses(f"start_batch returned the due time {due}; expected a finite "
                                              f"perf_counter time")
-                responses = check_responses(responses, len(batch))
+                responses = check_responses(responses, len(batch), like=self._first_answer)
+                if self._first_answer is None and responses:
+                    self._first_answer = responses[0]
             except BaseException as exc:  # noqa: BLE001 - the samples are still completed, empty
                 self.fail(f"start_batch of {len(batch)} samples", exc)
                 due, responses = None, None
