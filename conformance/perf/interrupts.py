@@ -110,7 +110,9 @@ def deferred_interrupts(on_signal: Callable[[int], None]) -> Iterator[DeferredSi
     state = DeferredSignals(on_signal)
     reader, writer = socket.socketpair()
     writer.setblocking(False)
-    previous = {signum: signal.signal(signum, _ignore) for signum in SIGNALS}
+    # an ignored signal stays ignored (SIGINT of a background job of a non-interactive shell)
+    previous = {signum: signal.signal(signum, _ignore) for signum in SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     except (ValueError, OSError):

@@ -66,6 +66,10 @@ class Collector:
         elif outcome in ("xfailed", "xpassed"):
             entry["message"] = str(getattr(report, "wasxfail", "") or "")
 
+    def started(self) -> bool:
+        """Whether any test began (reported a phase), finished or not."""
+        return bool(self._tests)
+
     def tests(self) -> list[dict]:
         """One dict per test, sorted by node id: id, outcome, duration_s, message, xfail."""
         result = []

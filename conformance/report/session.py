@@ -238,7 +238,9 @@ class ReportSession:
             if regressions and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         report_dir = self.report_dir
-        if not tests:  # nothing ran (--collect-only, nothing collected or selected): the previous report stays
+        interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
+        if not tests and not (interrupted and self.collector.started()):
+            # nothing ran (--collect-only, nothing collected or selected): the previous report stays
             if self.directory is not None:
                 self.directory.discard()
             return
@@ -256,7 +258,7 @@ class ReportSession:
         self.results = results_record.build(
             settings=self.settings, backend=get_backend(self.settings.hardware), profile=self.settings.profile_data,
             tests=tests, records=records, exit_status=int(session.exitstatus),
-            interrupted=int(exitstatus) == int(pytest.ExitCode.INTERRUPTED), shard=self.shard,
+            interrupted=interrupted, shard=self.shard,
             xfail_file=self.xfail_path, baseline=self.baseline_path, stale_xfails=self.stale, regressions=regressions,
             plots=plot_info,
         )
