@@ -24,6 +24,8 @@ SUBCOMMANDS = {
     "predict": ("conformance.cli.predict", "predict time per batch and throughput on an IPU from the timing model"),
     "calibrate": ("conformance.cli.calibrate", "refit the IPU timing model to published results and print the residuals"),
     "report": ("conformance.cli.report", "render (and merge) results.json files, compare two runs, validate a file"),
+    "sensitivity": ("conformance.cli.sensitivity", "inject numeric faults into the ipu emulator and show which accuracy "
+                    "gates catch each"),
 }
 
 
