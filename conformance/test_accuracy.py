@@ -163,9 +163,12 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check,
         record_check(kind="accuracy", model=name, precision=precision, check=e.gate.check, value=e.value,
                      target=e.target if e.target is not None else float("nan"), op=e.gate.op,
                      units=UNITS.get(e.gate.metric, ""), gating=e.gate.gating, passed=e.passed,
+                     established=e.established,
                      details={**e.details, **common, **({"reason": e.reason} if e.reason else {})})
 
-    summary = ", ".join(f"{e.gate.check}={'n/a' if e.value is None else f'{e.value:.4g}'}" for e in evaluations if e.gate.gating)
+    summary = ", ".join(f"{e.gate.check}={'n/a' if e.value is None else f'{e.value:.4g}'}"
+                        + ("" if e.established is not False else " (not established)")
+                        for e in evaluations if e.gate.gating)
     progress_line(pytestconfig, f"accuracy {name} {precision}: {'FAIL' if failed else 'pass'} in "
                                 f"{run['calibration_s'] + run['run_s']:.1f} s ({summary})")
     if diagnosis_text and not failed:

@@ -62,10 +62,16 @@ def test_performance(performance_target, settings, backend, model_store, record_
                      details={**details, "search": "bisection to 2% between the target QPS and the device's capacity"})
     reproduce = (f"pytest conformance/test_performance.py --hardware {target.hardware} --model {target.model} "
                  f"--profile {settings.profile} -k '{target.test_id}'")
-    if result.sut_errors:
+    if result.sut_errors:  # a check of its own, so that no known failure of the figure above can waive it
+        record_check(kind="performance", model=target.model, precision=target.precision, check="sut_errors",
+                     value=len(result.sut_errors), target=0, op="<=", units="errors", scenario=target.scenario,
+                     details={**details, "errors": [str(e) for e in result.sut_errors[:5]]})
         pytest.fail(f"{target.test_id}: the system under test raised (every query was still completed): "
                     f"{result.sut_errors[0]}\nreproduce: {reproduce}", pytrace=False)
     if not result.valid and not (result.length_only_invalid and not result.compliant_length):
+        record_check(kind="performance", model=target.model, precision=target.precision, check="loadgen_valid",
+                     value=0, target=1, op=">=", units="", scenario=target.scenario,
+                     details={**details, "invalid_reason": result.invalid_reason})
         pytest.fail(f"{target.test_id}: LoadGen result INVALID: {result.invalid_reason} "
                     f"({check} {result.value} {units}; logs {result.log_dir})\nreproduce: {reproduce}", pytrace=False)
     assert record.passed, (

@@ -198,3 +198,15 @@ def test_task_metrics_of_the_reference_against_itself_are_perfect():
     assert metrics.task_metrics("bert-base", qa, qa, inputs) == {"exact_match": 1.0, "f1": 1.0}
     with pytest.raises(metrics.MetricError, match="unknown-model"):
         metrics.task_metrics("unknown-model", {}, {}, {})
+
+
+def test_error_bias_tells_truncation_from_round_to_nearest():
+    rng = np.random.default_rng(3)
+    ref = rng.normal(size=20000).astype(np.float32)
+    nearest = ref.astype(np.float16).astype(np.float32)
+    bits = ref.view(np.uint32) & np.uint32(0xFFFFE000)  # float32 with the 13 bits FP16 drops cleared: toward zero
+    truncated = bits.view(np.float32)
+    assert metrics.error_bias(ref, nearest) < 0.05
+    assert metrics.error_bias(ref, truncated) > 0.5  # uniform in [-ulp, 0]: (ulp / 2) / (ulp / sqrt 3) per binade
+    assert metrics.error_bias(ref, ref * 1.06) == pytest.approx(np.sqrt(2 / np.pi), rel=0.02)  # mean|x| / rms(x)
+    assert metrics.error_bias(ref, ref) == 0.0

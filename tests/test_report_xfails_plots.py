@@ -13,9 +13,9 @@ MODELS = ("albert", "bert-base", "resnet50")
 GOOD = """\
 # comment
 [temporarily-failing]
-test_accuracy[bert-base-fp8]  SNR short of target   # trailing text is part of the reason
+test_accuracy[bert-base-fp8]  snr_db,f1@0.99xfp32  SNR short of target   # trailing text is part of the reason
 [permanent]
-conformance/test_performance.py::test_performance[resnet50-fp8-*]  host link too slow
+conformance/test_performance.py::test_performance[resnet50-fp8-*]  p99_latency_ms  host link too slow
 [unsupported]
 test_accuracy[albert-fp16]  no FP16 embedding gather
 """
@@ -29,6 +29,21 @@ def test_parse_buckets_and_reasons():
         ("test_accuracy[albert-fp16]", "unsupported"),
     ]
     assert entries[0].reason.startswith("SNR short of target") and entries[0].source == "x.txt:3"
+    assert entries[0].checks == ("snr_db", "f1@0.99xfp32") and entries[2].checks == ()
+    assert entries[0].names_check("snr_db") and entries[0].names_check("f1@0.99xfp32")
+    assert not entries[0].names_check("f1@0.999xfp32") and not entries[0].names_check("cosine")
+
+
+def test_known_failure_is_explained_only_by_its_named_checks():
+    entry = xfails.parse("[permanent]\ntest_a[x]  top1_agreement  why\n", "x.txt")[0]
+    failing = {"check": "top1_agreement@0.99xfp32", "gating": True, "passed": False, "details": {}}
+    informational = {"check": "top1_agreement@0.999xfp32", "gating": False, "passed": False, "details": {}}
+    assert entry.unexplained([failing, informational]) == []
+    other = {"check": "snr_db", "gating": True, "passed": False, "details": {}}
+    assert entry.unexplained([failing, other]) == ["snr_db failed, which the entry does not name"]
+    nan = {**failing, "details": {"reason": "hardware output has non-finite values (NaN/Inf): 3 in output 'logits'"}}
+    assert "non-finite" in entry.unexplained([nan])[0]
+    assert entry.unexplained([{**failing, "passed": True}]) == ["no gated check failed (the test failed in another way)"]
 
 
 @pytest.mark.parametrize(
@@ -36,8 +51,11 @@ def test_parse_buckets_and_reasons():
     [
         ("test_a[x]  why\n", "x.txt:1: entry 'test_a[x]' before any bucket header"),
         ("[flaky]\n", "x.txt:1: unknown bucket '[flaky]'"),
-        ("[permanent]\ntest_a[x]\n", "x.txt:2: entry 'test_a[x]' has no reason"),
-        ("[permanent]\ntest_a[x] a\n[unsupported]\ntest_a[x] b\n", "x.txt:4: 'test_a[x]' is already listed at x.txt:2"),
+        ("[permanent]\ntest_a[x]\n", "x.txt:2: entry 'test_a[x]' needs the checks expected to fail and a reason"),
+        ("[permanent]\ntest_a[x] snr_db\n", "x.txt:2: entry 'test_a[x]' needs the checks expected to fail"),
+        ("[permanent]\ntest_a[x] snr_db;f1 why\n", "x.txt:2: entry 'test_a[x]': 'snr_db;f1' is not a check name"),
+        ("[unsupported]\ntest_a[x]\n", "x.txt:2: entry 'test_a[x]' has no reason"),
+        ("[permanent]\ntest_a[x] c a\n[unsupported]\ntest_a[x] b\n", "x.txt:4: 'test_a[x]' is already listed at x.txt:2"),
     ],
 )
 def test_malformed_files_are_named(text, message):
@@ -57,7 +75,8 @@ def test_matching_brackets_literal_star_wildcard():
 
 
 def test_stale_entries_only_within_the_runs_scope():
-    entries = xfails.parse(GOOD + "[permanent]\ntest_accuracy[resnet50-fp8]  gone\ntest_renamed[x]  old name\n", "x.txt")
+    entries = xfails.parse(GOOD + "[permanent]\ntest_accuracy[resnet50-fp8]  c  gone\ntest_renamed[x]  c  old name\n",
+                           "x.txt")
     items = [("conformance/test_accuracy.py::test_accuracy[bert-base-fp8]", "test_accuracy")]
     matched = xfails.match([i for i, _ in items], entries)
     stale = xfails.stale(entries, items, matched, models=MODELS, all_models=MODELS)
@@ -84,9 +103,9 @@ def test_shipped_xfail_files_parse():
     assert (XFAILS_DIR / "cpu.txt").exists() and (XFAILS_DIR / "ipu.txt").exists()
 
 
-def test_strict_only_in_full_profile():
+def test_strict_in_release_profiles_only():
     profiles = load_profiles()
-    assert profiles["full"].strict_xfails and not profiles["default"].strict_xfails and not profiles["smoke"].strict_xfails
+    assert profiles["full"].strict_xfails and profiles["default"].strict_xfails and not profiles["smoke"].strict_xfails
 
 
 def write_artifact(report_dir):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance.accuracy import metrics
+from conformance.accuracy import confidence, metrics
 from conformance.targets import compare
 from conformance.targets.accuracy import TENSOR_METRICS
 
@@ -29,6 +29,16 @@ class Evaluation:
     passed: bool
     details: dict = field(default_factory=dict)
     reason: str = ""
+    # For a task-metric ratio gate: whether the 95% interval of the ratio clears the gate's ratio (the verdict is then
+    # established by the evaluation set), or only the point estimate does; None for gates without an interval.
+    established: bool | None = None
+
+    @property
+    def verdict(self) -> str:
+        """"PASS", "PASS, not established" or "FAIL"."""
+        if not self.passed:
+            return "FAIL"
+        return "PASS, not established" if self.established is False else "PASS"
 
     def describe(self) -> str:
         g = self.gate
@@ -37,8 +47,10 @@ class Evaluation:
         value = "n/a" if self.value is None else f"{self.value:.6g}"
         target = "n/a" if self.target is None else f"{self.target:.6g}"
         rhs = target if g.of is None else f"{g.ratio:g} x {g.metric}({g.of}) = {target}"
-        verdict = "ok" if self.passed else "FAILED"
-        return f"{g.check}: {value} {g.op} {rhs} -> {verdict}" + ("" if g.gating else " (reported only)")
+        ci = self.details.get("ci95")
+        interval = f" [95% CI {ci[0]:.4g}, {ci[1]:.4g}]" if ci and None not in ci else ""
+        verdict = {"PASS": "ok", "FAIL": "FAILED"}.get(self.verdict, self.verdict.lower())
+        return f"{g.check}: {value}{interval} {g.op} {rhs} -> {verdict}" + ("" if g.gating else " (reported only)")
 
 
 @dataclass
@@ -48,6 +60,7 @@ class MetricSet:
     task: dict[str, float]
     tensor: dict[str, dict[str, float]]  # output -> metric -> value
     nonfinite: dict[str, int]  # output -> number of NaN/Inf values (only outputs that have any)
+    units: dict[str, metrics.TaskMetric] = field(default_factory=dict)  # task metric -> its per-unit form
 
     def value(self, metric: str) -> tuple[float | None, dict]:
         """The metric's value and where it comes from; tensor metrics gate on the worst output."""
@@ -70,8 +83,28 @@ def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: di
     if nonfinite:
         return MetricSet({}, {}, nonfinite)
     tensor = {name: metrics.tensor_metrics(reference[name], hardware[name], f"{model_name} {name}") for name in reference}
-    task = metrics.task_metrics(model_name, reference, hardware, inputs)
-    return MetricSet(task, tensor, {})
+    units = metrics.task_unit_metrics(model_name, reference, hardware, inputs)
+    return MetricSet({name: m.value for name, m in units.items()}, tensor, {}, units)
+
+
+def _interval(gate, current: MetricSet, base: MetricSet | None) -> tuple[dict, bool | None]:
+    """The 95% intervals of a task-metric gate's value (and ratio), and whether the ratio's bound clears the gate."""
+    metric = current.units.get(gate.metric)
+    if metric is None:
+        return {}, None
+    value = confidence.value_interval(metric)
+    details = {"ci95": value.as_list(), "ci_method": value.method, "units": metric.units}
+    if gate.of is None:  # an absolute bound (the cpu's "every answer reproduced"): a fact of these samples
+        return details, None
+    base_metric = base.units.get(gate.metric) if base is not None else None
+    if base_metric is None:
+        return details, None
+    ratio = confidence.ratio_interval(metric, base_metric)
+    details.update({"ratio_ci95": ratio.as_list(), "ratio_ci_method": ratio.method,
+                    "units_to_establish": confidence.units_to_establish(gate.ratio)})
+    if math.isnan(ratio.low):
+        return details, None
+    return details, bool(compare(ratio.low if gate.op == ">=" else ratio.high, gate.op, gate.ratio))
 
 
 def evaluate(gates, current: MetricSet, reference_sets: dict[str, MetricSet]) -> list[Evaluation]:
@@ -101,7 +134,8 @@ def evaluate(gates, current: MetricSet, reference_sets: dict[str, MetricSet]) ->
             out.append(Evaluation(gate, None, target, False, details, f"metric {gate.metric!r} was not computed"))
             continue
         passed = target is not None and compare(float(value), gate.op, target)
-        out.append(Evaluation(gate, float(value), target, passed, details))
+        interval, established = _interval(gate, current, reference_sets.get(gate.of) if gate.of else None)
+        out.append(Evaluation(gate, float(value), target, passed, {**details, **interval}, established=established))
     return out
 
 

@@ -14,6 +14,8 @@ against (for wide&deep, labels are drawn once from the FP32 click probabilities,
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -85,7 +87,21 @@ def tensor_metrics(reference, hardware, what: str = "output") -> dict[str, float
         "mean_rel_diff": float(rel.mean()),
         "cosine": cosine(ref, hw, what),
         "snr_db": snr_db(ref, hw, what),
+        "error_bias": error_bias(ref, hw, what),
     }
+
+
+def error_bias(reference, hardware, what: str = "output") -> float:
+    """``|mean(e * sign(ref))| / rms(e)`` with ``e = hw - ref``: the share of the error that systematically shrinks
+    (or grows) the values' magnitudes. Round-to-nearest-even is unbiased, so a correct emulator's error averages out
+    (~1/sqrt(n) for n independent errors); truncation shrinks every rounded magnitude and a scale error grows or
+    shrinks them all, which this measures where SNR only sees a larger error. 0 when the outputs are identical."""
+    ref, hw = _as_pair(reference, hardware, what)
+    e = (hw.astype(np.float64) - ref).ravel()
+    rms = float(np.sqrt(np.mean(e * e))) if e.size else 0.0
+    if rms == 0.0:
+        return 0.0
+    return abs(float(np.mean(e * np.sign(ref.ravel())))) / rms
 
 
 def per_sample_snr_db(reference, hardware, what: str = "output") -> np.ndarray:
@@ -102,14 +118,19 @@ def per_sample_snr_db(reference, hardware, what: str = "output") -> np.ndarray:
 
 
 # -- resnet50: classification agreement -----------------------------------------------------------------------------
-def topk_agreement(reference_logits, hardware_logits, k: int) -> float:
-    """Fraction of samples whose FP32 top-1 class is among the hardware's top-``k`` classes."""
+def topk_hits(reference_logits, hardware_logits, k: int) -> np.ndarray:
+    """Per sample: whether its FP32 top-1 class is among the hardware's top-``k`` classes."""
     ref, hw = _as_pair(reference_logits, hardware_logits, "logits")
     labels = np.argmax(ref, axis=-1)
     if k == 1:
-        return float(np.mean(np.argmax(hw, axis=-1) == labels))
+        return np.argmax(hw, axis=-1) == labels
     top = np.argpartition(-hw, k - 1, axis=-1)[..., :k]
-    return float(np.mean(np.any(top == labels[:, None], axis=-1)))
+    return np.any(top == labels[:, None], axis=-1)
+
+
+def topk_agreement(reference_logits, hardware_logits, k: int) -> float:
+    """Fraction of samples whose FP32 top-1 class is among the hardware's top-``k`` classes."""
+    return float(np.mean(topk_hits(reference_logits, hardware_logits, k)))
 
 
 # -- bert/albert: SQuAD-style answer spans --------------------------------------------------------------------------
@@ -153,6 +174,11 @@ def squad_f1(prediction_tokens, truth_tokens) -> float:
 def span_scores(reference_spans, hardware_spans, token_ids) -> dict[str, float]:
     """Exact match and SQuAD F1 of the hardware's answer spans against the FP32 spans (the labels), over the answer
     tokens (``token_ids[b, start:end + 1]``); a missing span (-1) scores 0 unless both are missing."""
+    return {k: float(np.mean(v)) for k, v in span_unit_scores(reference_spans, hardware_spans, token_ids).items()}
+
+
+def span_unit_scores(reference_spans, hardware_spans, token_ids) -> dict[str, np.ndarray]:
+    """Per row: exact match (0/1) and SQuAD F1 of :func:`span_scores`."""
     ref = np.asarray(reference_spans)
     hw = np.asarray(hardware_spans)
     ids = np.asarray(token_ids)
@@ -166,7 +192,7 @@ def span_scores(reference_spans, hardware_spans, token_ids) -> dict[str, float]:
             continue
         em.append(float(rs == hs and re_ == he))
         f1.append(squad_f1(ids[b, hs:he + 1].tolist(), ids[b, rs:re_ + 1].tolist()))
-    return {"exact_match": float(np.mean(em)), "f1": float(np.mean(f1))}
+    return {"exact_match": np.array(em), "f1": np.array(f1)}
 
 
 def squad_context_mask(inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -182,11 +208,16 @@ def squad_context_mask(inputs: dict[str, np.ndarray]) -> np.ndarray:
 def pairwise_order_agreement(reference_scores, hardware_scores) -> float:
     """CAIL2019-SCM's metric with FP32 as the labels: samples come as interleaved pairs (A,B),(A,C); the fraction of
     pairs where the hardware orders ``score[2k]`` vs ``score[2k+1]`` as FP32 does."""
+    return float(np.mean(pair_order_hits(reference_scores, hardware_scores)))
+
+
+def pair_order_hits(reference_scores, hardware_scores) -> np.ndarray:
+    """Per pair (A,B),(A,C): whether the hardware orders the two scores as FP32 does."""
     ref, hw = _as_pair(reference_scores, hardware_scores, "scores")
     ref, hw = ref.reshape(len(ref)), hw.reshape(len(hw))
     if len(ref) % 2:
         raise MetricError(f"pairwise order needs an even number of scores (interleaved pairs), got {len(ref)}")
-    return float(np.mean((ref[0::2] > ref[1::2]) == (hw[0::2] > hw[1::2])))
+    return (ref[0::2] > ref[1::2]) == (hw[0::2] > hw[1::2])
 
 
 # -- wide&deep: accuracy and AUC on labels drawn from FP32 ----------------------------------------------------------
@@ -243,27 +274,58 @@ PRIMARY_OUTPUT = {
 }
 
 
-def task_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> dict[str, float]:
-    """Task metrics of ``hardware`` outputs against ``reference`` outputs (the FP32 predictions are the labels).
-    Scoring the reference against itself gives the FP32 figure a ratio gate is relative to."""
+@dataclass(frozen=True)
+class TaskMetric:
+    """A task metric as a statistic of its evaluation units (images, SQuAD rows, RoFormer pairs, wide&deep rows), so
+    that resampling the units gives its sampling distribution (:mod:`conformance.accuracy.confidence`).
+
+    ``scores``: per-unit scores in [0, 1] when the metric is their mean (agreements, exact match, F1, accuracy);
+    ``statistic``: the metric on the units at the given indices (for every metric; AUC is not a mean)."""
+
+    units: int
+    statistic: Callable[[np.ndarray], float]
+    scores: np.ndarray | None = None
+
+    @property
+    def value(self) -> float:
+        return float(self.statistic(np.arange(self.units)))
+
+
+def _mean_metric(scores) -> TaskMetric:
+    scores = np.asarray(scores, np.float64)
+    return TaskMetric(len(scores), lambda idx: float(np.mean(scores[idx])), scores)
+
+
+def task_unit_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> dict[str, TaskMetric]:
+    """Task metrics of ``hardware`` outputs against ``reference`` outputs (the FP32 predictions are the labels), each
+    as a statistic of its evaluation units. Scoring the reference against itself gives the FP32 figure a ratio gate
+    is relative to."""
     if model_name == "resnet50":
-        ref, hw = reference["logits"], hardware["logits"]
-        return {"top1_agreement": topk_agreement(ref, hw, 1), "top5_agreement": topk_agreement(ref, hw, 5)}
+        ref, hw = _as_pair(reference["logits"], hardware["logits"], "logits")
+        return {"top1_agreement": _mean_metric(topk_hits(ref, hw, 1)), "top5_agreement": _mean_metric(topk_hits(ref, hw, 5))}
     if model_name in ("bert-base", "albert"):
         context = squad_context_mask(inputs)
         ref_spans = best_spans(reference["start_logits"], reference["end_logits"], context)
         hw_spans = best_spans(hardware["start_logits"], hardware["end_logits"], context)
-        return span_scores(ref_spans, hw_spans, inputs["input_ids"])
+        return {k: _mean_metric(v) for k, v in span_unit_scores(ref_spans, hw_spans, inputs["input_ids"]).items()}
     if model_name == "roformer":
-        return {"pairwise_order_agreement": pairwise_order_agreement(similarity_score(reference["logits"]), similarity_score(hardware["logits"]))}
+        hits = pair_order_hits(similarity_score(reference["logits"]), similarity_score(hardware["logits"]))
+        return {"pairwise_order_agreement": _mean_metric(hits)}
     if model_name == "widedeep":
         p_ref = click_probability(reference["probabilities"])
         labels = widedeep_labels(p_ref)
         p_hw = click_probability(hardware["probabilities"])
-        return {"accuracy": accuracy_at(p_hw, labels), "auc": roc_auc(p_hw, labels)}
+        correct = (p_hw >= 0.5) == (labels != 0)
+        return {"accuracy": _mean_metric(correct),
+                "auc": TaskMetric(len(labels), lambda idx: roc_auc(p_hw[idx], labels[idx]))}
     if model_name == "conformer":
         return {}
     raise MetricError(f"no task metrics for model {model_name!r}; known: {', '.join(TASK_METRICS)}")
+
+
+def task_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> dict[str, float]:
+    """The values of :func:`task_unit_metrics`."""
+    return {name: m.value for name, m in task_unit_metrics(model_name, reference, hardware, inputs).items()}
 
 
 def similarity_score(logits) -> np.ndarray:

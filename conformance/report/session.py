@@ -42,6 +42,7 @@ from conformance.targets.regression import load_tolerances
 from models import MODEL_NAMES
 
 STALE_KEY = "conformance_stale_xfails"
+KNOWN_FAILURE = pytest.StashKey()  # the xfail entry of a test, judged on its records
 STAGING_KEY = "conformance_report_staging"  # workerinput: the staging directory the workers' tests write into
 SUITE_DIR = Path(__file__).resolve().parent.parent
 
@@ -157,16 +158,14 @@ class ReportSession:
         """First of all modifyitems hooks, so that staleness is judged on the whole collection (before -k, -m)."""
         node_ids = [item.nodeid for item in items]
         matched = xfails.match(node_ids, self.xfail_entries)
-        strict = self.settings.profile_data.strict_xfails
         for item in items:
             entry = matched.get(item.nodeid)
             if entry is None:
                 continue
-            reason = f"{entry.bucket} ({entry.source}): {entry.reason}"
             if entry.bucket == "unsupported":
-                item.add_marker(pytest.mark.skip(reason=reason))
+                item.add_marker(pytest.mark.skip(reason=f"{entry.bucket} ({entry.source}): {entry.reason}"))
             else:
-                item.add_marker(pytest.mark.xfail(reason=reason, strict=strict))
+                item.stash[KNOWN_FAILURE] = entry  # judged on the test's records when it has run
             item.user_properties.append((XFAIL_KEY, entry.to_dict()))
         functions = [(item.nodeid, getattr(item, "originalname", item.name)) for item in items]
         hardware_precisions = get_backend(self.settings.hardware).precisions
@@ -197,13 +196,16 @@ class ReportSession:
 
     # ----- reports ------------------------------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: sees the report after the xfail handling
-    def pytest_runtest_makereport(self, item):
+    def pytest_runtest_makereport(self, item, call):
         """A passed test whose records regressed against the baseline fails, naming each regressed record (an expected
         failure that passed is left as it is: its regressions still fail the run at the end)."""
         outcome = yield
         report = outcome.get_result()
         report.user_properties = [(key, json.dumps(value, sort_keys=True)) if key in (RECORD_KEY, XFAIL_KEY) else (key, value)
                                   for key, value in report.user_properties]  # JSON in --junitxml, not reprs
+        entry = item.stash.get(KNOWN_FAILURE, None)
+        if entry is not None and report.when == "call":
+            self._judge_known_failure(item, call, report, entry)
         if self.baseline is None or report.when != "call" or not report.passed or hasattr(report, "wasxfail"):
             return
         records = [dict(value) for key, value in item.user_properties if key == RECORD_KEY]
@@ -211,6 +213,29 @@ class ReportSession:
         if found:
             report.outcome = "failed"
             report.longrepr = baseline_mod.failure_message(found, self.baseline_path)
+
+    def _judge_known_failure(self, item, call, report, entry) -> None:
+        """A test with a known-failure entry: XFAIL when exactly its named gates failed, FAIL for any other failure
+        (naming what the entry does not explain), and when it passed XPASS (strict profiles: a failure)."""
+        label = f"{entry.bucket} ({entry.source}): {entry.reason}"
+        if report.failed:
+            records = [dict(value) for key, value in item.user_properties if key == RECORD_KEY]
+            raised = call.excinfo is not None and not call.excinfo.errisinstance((pytest.fail.Exception, AssertionError))
+            problems = ([f"the test raised {call.excinfo.typename}, not a failed gate"] if raised
+                        else entry.unexplained(records))
+            if problems:
+                report.sections.append(("known failure", f"{entry.test_id} ({entry.source}) names "
+                                        f"{', '.join(entry.checks)}; this failure is not it: " + "; ".join(problems)))
+                return
+            report.outcome = "skipped"
+            report.wasxfail = label
+        elif report.passed:
+            if self.settings.profile_data.strict_xfails:
+                report.outcome = "failed"
+                report.longrepr = (f"[XPASS(strict)] known failure {entry.test_id} ({entry.source}) passed: remove the "
+                                   f"entry (its checks {', '.join(entry.checks)} held). {entry.reason}")
+            else:
+                report.wasxfail = label
 
     def pytest_runtest_logreport(self, report) -> None:
         self.collector.add(report)

@@ -1,14 +1,20 @@
 """Known failures as data: ``conformance/xfails/<hardware>.txt``.
 
-The file holds bucket headers and one entry per line, ``<test id>  <reason>``::
+The file holds bucket headers and one entry per line::
 
     [temporarily-failing]
-    test_accuracy[conformer-fp8]  SNR 2 dB short of target after the softmax change
+    test_accuracy[conformer-fp8]  snr_db  SNR 2 dB short of target after the softmax change
+    [unsupported]
+    test_performance[conformer-fp8-Server]  the streaming encoder has no server deployment
 
 A test id is a test's name with its parameters (``test_accuracy[bert-base-fp8]``) or a full node id
 (``conformance/test_accuracy.py::test_accuracy[bert-base-fp8]``); ``*`` matches any characters, nothing else is special.
-Buckets: ``temporarily-failing`` and ``permanent`` entries run as expected failures (strict in the ``full`` profile, so a
-fixed failure fails the run until its entry is removed); ``unsupported`` entries are skipped with their reason.
+Buckets: ``temporarily-failing`` and ``permanent`` entries name the checks whose failure is known (a comma list of
+check names as the report shows them, ``top1_agreement@0.99xfp32``, or the metric alone, ``top1_agreement``, for
+every gate on it), then the reason. Such a test is an expected failure only when the gates that fail are among the
+named ones; an exception, a non-finite output, or any other gate failing is a failure. One that passes fails the run
+in the profiles with ``strict_xfails`` (the release profiles), so a fixed failure's entry cannot go stale.
+``unsupported`` entries are skipped with their reason (no checks).
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ BUCKETS = ("temporarily-failing", "unsupported", "permanent")
 XFAILS_DIR = Path(__file__).resolve().parent.parent / "xfails"
 
 
+_CHECK = re.compile(r"[A-Za-z0-9_.@-]+")
+
+
 @dataclass(frozen=True)
 class XfailEntry:
     test_id: str
@@ -28,6 +37,26 @@ class XfailEntry:
     reason: str
     source: str  # "file:line", for messages
     _pattern: re.Pattern = field(repr=False, compare=False, default=None)
+    checks: tuple[str, ...] = ()  # the checks whose failure is known (empty for unsupported entries)
+
+    def names_check(self, check: str) -> bool:
+        """Whether ``check`` (a record's check name, ``f1@0.99xfp32``) is one this entry names."""
+        return any(check == c or check.split("@")[0] == c for c in self.checks)
+
+    def unexplained(self, records: list[dict]) -> list[str]:
+        """Why the failure that ``records`` (the test's check records) show is not this known failure: the failing
+        gated checks it does not name, non-finite outputs, or no failing gate at all. Empty when it is."""
+        failing = [r for r in records if r.get("gating", True) and not r.get("passed")]
+        if not failing:
+            return ["no gated check failed (the test failed in another way)"]
+        problems = []
+        for r in failing:
+            reason = (r.get("details") or {}).get("reason")
+            if not self.names_check(r["check"]):
+                problems.append(f"{r['check']} failed, which the entry does not name")
+            elif reason:
+                problems.append(f"{r['check']}: {reason}")
+        return problems
 
     @property
     def function(self) -> str:
@@ -44,7 +73,8 @@ class XfailEntry:
         return bool(self._pattern.fullmatch(target))
 
     def to_dict(self) -> dict:
-        return {"test_id": self.test_id, "bucket": self.bucket, "reason": self.reason, "source": self.source}
+        return {"test_id": self.test_id, "bucket": self.bucket, "reason": self.reason, "source": self.source,
+                "checks": list(self.checks)}
 
 
 def _compile(test_id: str) -> re.Pattern:
@@ -74,13 +104,26 @@ def parse(text: str, source: str = "<xfails>") -> list[XfailEntry]:
         parts = line.split(None, 1)
         if bucket is None:
             raise ValueError(f"{where}: entry {parts[0]!r} before any bucket header; start with e.g. [temporarily-failing]")
-        if len(parts) < 2 or not parts[1].strip():
+        checks: tuple[str, ...] = ()
+        if bucket != "unsupported":
+            parts = line.split(None, 2)
+            if len(parts) < 3 or not parts[2].strip():
+                raise ValueError(f"{where}: entry {parts[0]!r} needs the checks expected to fail and a reason; expected "
+                                 "'<test id>  <check>[,<check>...]  <reason>', e.g. "
+                                 "'test_accuracy[resnet50-fp8]  top1_agreement  <why>'")
+            checks = tuple(parts[1].split(","))
+            bad = [c for c in checks if not _CHECK.fullmatch(c)]
+            if bad:
+                raise ValueError(f"{where}: entry {parts[0]!r}: {bad[0]!r} is not a check name (letters, digits, _ . @ -;"
+                                 " comma-separated, no spaces), e.g. top1_agreement or f1@0.99xfp32")
+            parts = [parts[0], parts[2]]
+        elif len(parts) < 2 or not parts[1].strip():
             raise ValueError(f"{where}: entry {parts[0]!r} has no reason; expected '<test id>  <reason>'")
         test_id, reason = parts[0], parts[1].strip()
         if test_id in seen:
             raise ValueError(f"{where}: {test_id!r} is already listed at {seen[test_id]}")
         seen[test_id] = where
-        entries.append(XfailEntry(test_id, bucket, reason, where, _compile(test_id)))
+        entries.append(XfailEntry(test_id, bucket, reason, where, _compile(test_id), checks))
     return entries
 
 

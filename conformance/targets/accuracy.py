@@ -4,7 +4,8 @@ Each table ``[<hardware>.<model>.<precision>]`` holds one gate per metric, MLPer
 
 - ``metric = { of = "fp32", ratio = 0.99, tier = 0.999 }``: the metric must reach ``ratio`` times the same metric of
   precision ``of`` on the same inputs and labels ("fp32" is the reference itself); ``tier`` adds an informational
-  (non-gating) check at a stricter ratio, like MLPerf's 99.9% tier;
+  (non-gating) check at a stricter ratio, like MLPerf's 99.9% tier; ``report = { of = "fp16", ratio = 0.998 }`` adds
+  an informational check relative to another precision (a vendor's acceptance bar);
 - ``metric = { min = 30.0 }`` / ``{ max = ... }``: an absolute floor or ceiling (tensor-level SNR, cosine).
 
 The tables present for a hardware are its test matrix. Mistakes (unknown hardware, model, precision or metric, a gate
@@ -13,6 +14,7 @@ without a threshold, unknown keys) are errors that name the file and line.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,6 +37,7 @@ TENSOR_METRICS = (
     "mean_rel_diff",
     "cosine",
     "snr_db",
+    "error_bias",
 )
 TASK_METRICS = {
     "resnet50": ("top1_agreement", "top5_agreement"),
@@ -48,7 +51,19 @@ TASK_METRICS = {
 EXTRA_CASES = {
     "minilm": ("embedding_cosine", "min_embedding_cosine", "retrieval_agreement"),
 }
-GATE_KEYS = {"of", "ratio", "tier", "min", "max"}
+GATE_KEYS = {"of", "ratio", "tier", "report", "min", "max"}
+# What a bound of a tensor metric may be: a floor or ceiling outside these ranges cannot gate anything (cosine lies in
+# [-1, 1]; an SNR floor at or below 0 dB accepts an error as large as the signal; differences are >= 0).
+TENSOR_BOUNDS = {
+    "cosine": ("min", -1.0, 1.0),
+    "snr_db": ("min", 0.0, 300.0),
+    "mean_abs_diff": ("max", 0.0, math.inf),
+    "std_abs_diff": ("max", 0.0, math.inf),
+    "max_abs_diff": ("max", 0.0, math.inf),
+    "max_rel_diff": ("max", 0.0, math.inf),
+    "mean_rel_diff": ("max", 0.0, math.inf),
+    "error_bias": ("max", 0.0, 1.0),
+}
 
 
 class TargetsError(ValueError):
@@ -181,28 +196,60 @@ def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> li
     if len(kinds) > 1:
         raise TargetsError(f"{at}: {metric} has more than one threshold ({', '.join(kinds)}); give exactly one")
     for key in ("ratio", "tier", "min", "max"):
-        if key in spec and not _number(spec[key]):
+        if key in spec and not _number(spec[key]) or key in spec and isinstance(spec[key], float) and math.isnan(spec[key]):
             raise TargetsError(f"{at}: {metric}.{key} = {spec[key]!r} is not a number")
     base = dict(hardware=hardware, model=model, precision=precision, metric=metric, line=line)
     if "ratio" in spec:
-        of = spec.get("of")
-        if of is None:
-            raise TargetsError(f"{at}: {metric} has a ratio but no 'of' (the precision it is relative to, e.g. \"fp32\")")
-        if of != "fp32" and of not in precisions or of == precision:
-            valid = ["fp32"] + [p for p in precisions if p not in ("fp32", precision)]
-            raise TargetsError(f"{at}: {metric}.of = {of!r}; expected one of: {', '.join(valid)}")
-        if not 0 < spec["ratio"] <= 1.5:
-            raise TargetsError(f"{at}: {metric}.ratio = {spec['ratio']!r} is outside (0, 1.5]")
+        if metric in TENSOR_METRICS:
+            raise TargetsError(f"{at}: {metric} is a tensor metric: give an absolute bound (min or max), not a ratio")
+        of = _relative_to(spec, at, metric, precision, precisions)
+        _check_ratio(spec["ratio"], f"{at}: {metric}.ratio")
         out = [Gate(op=">=", of=of, ratio=float(spec["ratio"]), bound=None, gating=True, **base)]
         if "tier" in spec:
+            _check_ratio(spec["tier"], f"{at}: {metric}.tier")
             out.append(Gate(op=">=", of=of, ratio=float(spec["tier"]), bound=None, gating=False, **base))
+        if "report" in spec:
+            extra = spec["report"]
+            if not isinstance(extra, dict) or set(extra) != {"of", "ratio"}:
+                raise TargetsError(f"{at}: {metric}.report must be an inline table {{ of = \"fp16\", ratio = 0.998 }}")
+            if not _number(extra["ratio"]):
+                raise TargetsError(f"{at}: {metric}.report.ratio = {extra['ratio']!r} is not a number")
+            _check_ratio(extra["ratio"], f"{at}: {metric}.report.ratio")
+            extra_of = _relative_to(extra, at, f"{metric}.report", precision, precisions)
+            out.append(Gate(op=">=", of=extra_of, ratio=float(extra["ratio"]), bound=None, gating=False, **base))
         return out
-    for key in ("of", "tier"):
+    for key in ("of", "tier", "report"):
         if key in spec:
             raise TargetsError(f"{at}: {metric}.{key} only goes with a ratio threshold")
-    if "min" in spec:
-        return [Gate(op=">=", of=None, ratio=None, bound=float(spec["min"]), gating=True, **base)]
-    return [Gate(op="<=", of=None, ratio=None, bound=float(spec["max"]), gating=True, **base)]
+    kind = "min" if "min" in spec else "max"
+    bound = float(spec[kind])
+    if metric in TASK_METRICS.get(model, ()) or metric in EXTRA_CASES.get(model, ()):
+        if not 0.0 < bound <= 1.0:
+            raise TargetsError(f"{at}: {metric}.{kind} = {spec[kind]!r}: a task metric's bound must lie in (0, 1]")
+    elif metric in TENSOR_BOUNDS:
+        wanted, low, high = TENSOR_BOUNDS[metric]
+        if kind != wanted:
+            raise TargetsError(f"{at}: {metric} takes a {wanted} bound (it is {'higher' if wanted == 'min' else 'lower'} "
+                               f"when the hardware is closer to FP32), not {kind}")
+        if not low < bound <= high:
+            raise TargetsError(f"{at}: {metric}.{kind} = {spec[kind]!r} is outside ({low:g}, {high:g}]: "
+                               "a bound there would not gate anything")
+    return [Gate(op=">=" if kind == "min" else "<=", of=None, ratio=None, bound=bound, gating=True, **base)]
+
+
+def _check_ratio(value, where: str) -> None:
+    if not 0 < value <= 1:
+        raise TargetsError(f"{where} = {value!r} is outside (0, 1]: a ratio of a metric to a higher precision's")
+
+
+def _relative_to(spec, at, what, precision, precisions) -> str:
+    of = spec.get("of")
+    if of is None:
+        raise TargetsError(f"{at}: {what} has a ratio but no 'of' (the precision it is relative to, e.g. \"fp32\")")
+    if of != "fp32" and of not in precisions or of == precision:
+        valid = ["fp32"] + [p for p in precisions if p not in ("fp32", precision)]
+        raise TargetsError(f"{at}: {what}.of = {of!r}; expected one of: {', '.join(valid)}")
+    return of
 
 
 def _read_targets(path: Path) -> list[Gate]:
