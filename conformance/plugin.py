@@ -19,6 +19,7 @@ from conformance.report.session import ReportSession
 from conformance.report.shard import parse_shard
 from conformance.settings import RunSettings
 from conformance.targets import DataFileError
+from conformance.targets import accuracy as accuracy_targets
 from conformance.targets.audit import load_audit_config
 from conformance.targets.performance import PERFORMANCE_FILE, load_performance_targets
 from conformance.targets.profiles import PROFILE_NAMES, load_profiles
@@ -304,6 +305,7 @@ def _configure(config: pytest.Config) -> None:
         real_time_loadgen=config.getoption("real_time_loadgen"),
     )
     check_data_files()
+    accuracy_targets.check_complete(settings.hardware, settings.models)
     check_targets_runnable(settings)
     config.add_cleanup(terminate_as_interrupt())  # SIGTERM stops the run as Ctrl-C does: exit 2, the report written
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object

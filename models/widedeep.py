@@ -298,6 +298,11 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> WideDeep:
     source = f"widedeep checkpoint {str(checkpoint)!r}"
     if raw.get("model_type") != "widedeep":
         raise CheckpointError(f"{source}: config.json model_type is {raw.get('model_type')!r}, expected 'widedeep'")
-    fields = {k: raw[k] for k in ("bucket_sizes", "num_numeric", "embedding_dim", "hidden_sizes") if k in raw}
+    known = ("bucket_sizes", "num_numeric", "embedding_dim", "hidden_sizes")
+    unknown = sorted(set(raw) - set(known) - {"model_type"})
+    if unknown:
+        raise CheckpointError(f"{source}: config.json has unknown field(s) {unknown}; expected: model_type, "
+                              f"{', '.join(known)}")
+    fields = {k: raw[k] for k in known if k in raw}
     config = apply_overrides(checkpoint_config(WideDeepConfig(), fields, source), overrides)
     return WideDeep(config, take_params(tensors, param_shapes(config), source))

@@ -22,7 +22,7 @@ import pytest
 from conformance.cli import main as cli_main
 from conformance.hardware.ipu import policy
 from conformance.hardware.ipu.timing import chips, cost, fit
-from conformance.targets import audit, performance, profiles, regression
+from conformance.targets import accuracy, audit, performance, profiles, regression
 from models import CheckpointError, load_model
 from tests.test_models_config import FIRST, _widedeep_checkpoint
 
@@ -33,7 +33,7 @@ SELECT_NOTHING = ["-k", "no_test_has_this_name"]  # where --co would skip the ch
 # every cached loader of a data file: cleared around each row, so that a patched file constant is read
 LOADERS = (performance.load_performance_targets, profiles.load_profiles, profiles.reference_samples,
            audit.load_audit_config, policy.load_precisions, chips.load_devices, cost.load_constants,
-           cost.load_calibration, cost.calibration_hash, cost._execution_table)
+           cost.load_calibration, cost.calibration_hash, cost._execution_table, accuracy._load_targets)
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,13 @@ def data(file: str, old: str, new: str, *says: str, entry: str = "suite", args: 
                names_line=names_line)
 
 
+def _table(file: str, header: str) -> str:
+    """The text of one table of a data file: its header line up to the next blank line."""
+    text = _resolve(file).read_text()
+    start = text.index(header + "\n")
+    return text[start:text.index("\n\n", start) + 1]
+
+
 def _resolve(file: str) -> Path:
     module, constant = file.split(":")
     return getattr(importlib.import_module(module), constant)
@@ -83,6 +90,9 @@ TIMING = "conformance.hardware.ipu.timing.cost:TIMING_FILE"
 CALIB = "conformance.hardware.ipu.timing.cost:CALIBRATION_FILE"
 EXEC = "conformance.hardware.ipu.timing.cost:EXECUTION_FILE"
 PUBL = "conformance.hardware.ipu.timing.fit:PUBLISHED_FILE"
+ACC = "conformance.targets.accuracy:ACCURACY_FILE"
+WIDEDEEP_FP8 = '[ipu.widedeep.fp8]\naccuracy = { of = "fp32", ratio = 0.99'
+XFAIL_HEADER = "[temporarily-failing]\n"
 PREDICT = ("predict", "resnet50", "--precision", "fp16", "--batch-size", "2")
 
 
@@ -152,7 +162,7 @@ CASES = [
     # -- profiles ----------------------------------------------------------------------------------------------------
     data(PROF, "widedeep = 1024 }\nbatch_size", "widedeep = -5 }\nbatch_size", "smoke.samples.widedeep = -5",
          "greater than 0", name="profile-negative-samples"),
-    data(PROF, "strict_xfails = true", "strict_xfails = 1", "full.strict_xfails = 1", "valid boolean",
+    data(PROF, "strict_xfails = true", "strict_xfails = 1", "default.strict_xfails = 1", "valid boolean",
          name="profile-number-as-bool"),
     data(PROF, "sampling_target = 32", "sampling_target = 32\nsampling = 4", "default.audit", "unknown key 'sampling'",
          name="profile-unknown-key"),
@@ -229,8 +239,31 @@ CASES = [
     Bad("checkpoint-config-list", entry="checkpoint", setup=_checkpoint(config=lambda c: [c]), code=None,
         raises=CheckpointError, says=("config.json", "not a JSON object")),
     Bad("checkpoint-config-typo", entry="checkpoint", setup=_checkpoint(config=lambda c: {**c, "embeding_dim": 4}),
-        code=None, raises=CheckpointError, says=("embeding_dim",),
-        accepted="models.widedeep.load reads only the config fields it knows and ignores any other key"),
+        code=None, raises=CheckpointError, says=("embeding_dim", "unknown field")),
+    # -- accuracy gates and known failures -------------------------------------------------------------------------------
+    data(ACC, "snr_db = { min = 10.0 }", "snr_db = { min = -1000.0 }", "snr_db.min = -1000.0", "outside (0, 300]",
+         name="accuracy-snr-floor-negative"),
+    data(ACC, "cosine = { min = 0.95 }", "cosine = { min = -5 }", "cosine.min = -5", "outside (-1, 1]",
+         name="accuracy-cosine-floor-below-minus-one"),
+    data(ACC, WIDEDEEP_FP8, '[ipu.widedeep.fp8-gone]\naccuracy = { of = "fp32", ratio = 0.99', "fp8-gone",
+         name="accuracy-unknown-precision"),
+    data(ACC, _table(ACC, "[ipu.widedeep.fp8]"), "", "no accuracy gates for [ipu.widedeep.fp8]", names_line=False,
+         name="accuracy-table-deleted"),
+    data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = true, tier',
+         "ratio = True is not a number", name="accuracy-ratio-bool"),
+    data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = 1.5, tier',
+         "ratio = 1.5 is outside (0, 1]", name="accuracy-ratio-above-one"),
+    data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = 0.99, tire',
+         "unknown key(s) ['tire']", name="accuracy-unknown-key"),
+    data(ACC, "snr_db = { min = 10.0 }", "snr_db = { max = 10.0 }", "snr_db takes a min bound", name="accuracy-wrong-side"),
+    Bad("xfail-entry-without-checks", args=("--xfail-file", "{tmp}/x.txt"),
+        setup=_file("x.txt", XFAIL_HEADER + "test_accuracy[widedeep-fp8] flaky\n"),
+        says=("x.txt:2", "needs the checks expected to fail")),
+    Bad("xfail-entry-bad-check-name", args=("--xfail-file", "{tmp}/x.txt"),
+        setup=_file("x.txt", XFAIL_HEADER + "test_accuracy[widedeep-fp8] auc;accuracy why\n"),
+        says=("x.txt:2", "'auc;accuracy' is not a check name")),
+    Bad("xfail-unknown-bucket", args=("--xfail-file", "{tmp}/x.txt"), setup=_file("x.txt", "[flaky]\n"),
+        says=("x.txt:1", "unknown bucket '[flaky]'")),
 ]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from conformance.fileio import parse_toml
 from conformance.hardware import get_backend, hardware_names
-from conformance.targets import backend_files
+from conformance.targets import DataFileError, backend_files
 from models import MODEL_NAMES
 
 ACCURACY_FILE = Path(__file__).with_name("accuracy.toml")
@@ -66,7 +66,7 @@ TENSOR_BOUNDS = {
 }
 
 
-class TargetsError(ValueError):
+class TargetsError(DataFileError):
     """A mistake in the targets file; the message names the file and line."""
 
 
@@ -259,12 +259,17 @@ def _read_targets(path: Path) -> list[Gate]:
     return parse_targets(path.read_text(), path)
 
 
+def load_targets(path: Path | None = None) -> tuple[Gate, ...]:
+    """The gates in ``path`` (default: :data:`ACCURACY_FILE`, looked up at call time); with the suite's own file, also
+    those that backends ship for their names."""
+    return _load_targets(Path(path) if path is not None else ACCURACY_FILE, ACCURACY_FILE)
+
+
 @lru_cache(maxsize=None)
-def load_targets(path: Path = ACCURACY_FILE) -> tuple[Gate, ...]:
-    """The gates in ``path``; with the suite's own file, also those that backends ship for their names."""
+def _load_targets(path: Path, suite_file: Path) -> tuple[Gate, ...]:
     gates = _read_targets(path)
-    if Path(path) == ACCURACY_FILE:
-        for hardware, extra in backend_files(ACCURACY_FILE.name):
+    if path == suite_file:
+        for hardware, extra in backend_files(suite_file.name):
             found = _read_targets(extra)
             other = sorted({g.hardware for g in found} - {hardware})
             if other:
@@ -274,17 +279,29 @@ def load_targets(path: Path = ACCURACY_FILE) -> tuple[Gate, ...]:
     return tuple(gates)
 
 
-def gates_for(hardware: str, model: str, precision: str, path: Path = ACCURACY_FILE) -> list[Gate]:
+def gates_for(hardware: str, model: str, precision: str, path: Path | None = None) -> list[Gate]:
     return [g for g in load_targets(path) if (g.hardware, g.model, g.precision) == (hardware, model, precision)]
 
 
-def matrix(hardware: str, models, precisions=None, path: Path = ACCURACY_FILE) -> list[tuple[str, str]]:
+def matrix(hardware: str, models, precisions=None, path: Path | None = None) -> list[tuple[str, str]]:
     """The (model, precision) pairs with gates for ``hardware``, in the order of ``models`` then the file's order."""
     pairs = list(dict.fromkeys((g.model, g.precision) for g in load_targets(path) if g.hardware == hardware))
     chosen = [(m, p) for model in models for (m, p) in pairs if m == model]
     if precisions is not None:
         chosen = [(m, p) for (m, p) in chosen if p in precisions]
     return chosen
+
+
+def check_complete(hardware: str, models=MODEL_NAMES, path: Path | None = None) -> None:
+    """Every model and precision ``hardware`` runs has its gates: a missing table would silently drop a test, so it is
+    a TargetsError naming the table. Combinations the backend does not support (it says why) need none."""
+    backend = get_backend(hardware)
+    have = {(g.model, g.precision) for g in load_targets(path) if g.hardware == hardware}
+    missing = [f"[{hardware}.{m}.{p}]" for m in models for p in backend.precisions
+               if (m, p) not in have and backend.accuracy_support(m, p) is None]
+    if missing:
+        raise TargetsError(f"{path or ACCURACY_FILE}: no accuracy gates for {', '.join(missing)}; every model and precision the "
+                           f"{hardware!r} hardware runs needs its table")
 
 
 def reference_precisions(gates) -> set[str]:
