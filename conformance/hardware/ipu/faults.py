@@ -43,6 +43,8 @@ from conformance.hardware.ipu.fp8_scales import FP8_FORMATS
 from conformance.hardware.ipu.policy import Fp8Settings, Policy
 from conformance.numerics import SCALE_RANGE, formats
 
+# Elements per piece of the truncating pass (the rounding pass's own chunk: cache-sized).
+_CHUNK = 1 << 17
 # How much too large every FP8 value is under ``fp8-values-6pct-high``.
 VALUE_ERROR = 1.06
 
@@ -234,27 +236,42 @@ def _install_skip_ignored(patches: _Patches, injection: Injection) -> None:
 
 
 # -- roundings: the numpy pass of round-to-nearest-even ---------------------------------------------------------------
-def truncate_fixup(rounding, x: np.ndarray, y: np.ndarray) -> int:
-    """Turn ``y``, the round-to-nearest-even of ``x`` by ``rounding`` (a ``formats._NearestRounding``), into the
-    rounding toward zero: where RNE went away from zero (or overflowed to NaN), the grid value at or below ``|x|``,
-    ``floor(|x| / ulp) * ulp`` with ulp the grid spacing at ``|x|``; values beyond the format's max keep what the
-    overflow mode gave. Returns how many values changed."""
-    with np.errstate(invalid="ignore"):
-        away = ~(np.abs(y) <= np.abs(x)) & np.isfinite(x)
-    where = np.flatnonzero(away)
-    if where.size == 0:
-        return 0
-    info, scale = rounding.info, rounding.scale
-    xs = x.reshape(-1)[where].astype(np.float64)
-    _, exponent = np.frexp(np.abs(xs))  # |x| = f * 2**exponent, f in [0.5, 1)
-    ulp_exponent = np.maximum(exponent - 1, info.emin + scale) - info.mantissa_bits
-    t = np.ldexp(np.floor(np.ldexp(np.abs(xs), -ulp_exponent)), ulp_exponent)
-    keep = t <= info.max_value * 2.0**scale
-    where, t = where[keep], np.copysign(t[keep], xs[keep])
-    if not (info.has_inf and rounding.signed_zero):
-        t += 0.0  # -0.0 + 0.0 is +0: FP8 (and the kernels' partials) have no negative zero
-    y.reshape(-1)[where] = t
-    return int(where.size)
+def truncate_span(rounding, original, xs: np.ndarray, ys: np.ndarray) -> int:
+    """Round flat ``xs`` into ``ys`` (may be the same array) toward zero onto the grid of ``rounding`` (a
+    ``formats._NearestRounding``); ``original`` is its round-to-nearest pass. Returns how many finite values were off
+    the grid (changed).
+
+    On the container's bit pattern: a value at or above the grid's smallest normal keeps its sign, exponent and the
+    format's mantissa bits (the lower bits cleared: ``floor(|x| / ulp) * ulp``, at most the format's max, which tops
+    its binade); one below it is ``trunc(x / s) * s`` with ``s`` the subnormal spacing; one at or above
+    ``2**(emax + scale + 1)`` (and +-Inf, NaN) is handled by ``original``: saturated, NaN or Inf as the overflow mode
+    says. Zeros are signed as ``original`` signs them (FP8 and the kernels' partials have no -0)."""
+    c, info, scale = rounding.container, rounding.info, rounding.scale
+    low, high = rounding.constants[:2]  # bit patterns of 2**(emin + scale) and 2**(emax + scale)
+    drop = c.bits((1 << (c.mantissa_bits - info.mantissa_bits)) - 1)
+    overflow = c.bits(int(high) + (1 << c.mantissa_bits))  # 2**(emax + scale + 1)
+    x_bits, y_bits = xs.view(c.uint_dtype), ys.view(c.uint_dtype)
+    magnitude = x_bits & c.magnitude_mask
+    unsigned_zero = not (info.has_inf and rounding.signed_zero)
+    small = np.flatnonzero(magnitude < low if unsigned_zero else (magnitude < low) & (magnitude != 0))
+    large = np.flatnonzero(magnitude >= overflow)
+    x_small, x_large = xs[small], xs[large]  # copies, before ys (maybe xs itself) is written
+    changed = np.count_nonzero(x_bits & drop) - np.count_nonzero(x_small.view(c.uint_dtype) & drop)
+    changed -= np.count_nonzero(x_large.view(c.uint_dtype) & drop)
+    np.bitwise_and(x_bits, ~drop, out=y_bits)
+    if small.size:
+        spacing = c.float_dtype(2.0 ** (info.emin + scale - info.mantissa_bits))
+        t = np.trunc(x_small / spacing) * spacing  # exact: division by a power of two, then an integer multiple
+        if unsigned_zero:
+            t += c.float_dtype(0.0)  # -0.0 + 0.0 is +0
+        ys[small] = t
+        changed += np.count_nonzero(t != x_small)
+    if large.size:
+        y_large = np.empty_like(x_large)
+        original(rounding, x_large, y_large)
+        ys[large] = y_large
+        changed += np.count_nonzero(np.isfinite(x_large))
+    return int(changed)
 
 
 def _install_truncation(formats_names: tuple[str, ...]) -> Callable[[_Patches, Injection], None]:
@@ -264,9 +281,11 @@ def _install_truncation(formats_names: tuple[str, ...]) -> Callable[[_Patches, I
         def span(self, xs, ys):
             if self.info.name not in formats_names:
                 return original(self, xs, ys)
-            x = xs.copy() if np.may_share_memory(xs, ys) else xs
-            original(self, xs, ys)
-            injection.count(truncate_fixup(self, x, ys))
+            changed = 0
+            for start in range(0, xs.size, _CHUNK):  # cache-sized pieces, as the rounding pass itself runs
+                stop = min(xs.size, start + _CHUNK)
+                changed += truncate_span(self, original, xs[start:stop], ys[start:stop])
+            injection.count(changed)
 
         patches.set(formats._NearestRounding, "span", span)
 
@@ -302,10 +321,10 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("fp8-values-6pct-high", f"every FP8-quantized operand value {VALUE_ERROR - 1:.0%} too large",
           "FP8 quantizations", "no operand was quantized to FP8", _fp8, _install_values_high),
     Fault("f16-truncation", "every rounding to FP16 toward zero instead of to nearest even",
-          "values rounded differently", "every value was already on the FP16 grid", _always,
+          "values off the grid, truncated", "every value was already on the FP16 grid", _always,
           _install_truncation(("f16",)), numpy_path=True),
     Fault("fp8-truncation", "every rounding to FP8 (F143/F152) toward zero instead of to nearest even",
-          "values rounded differently", "every FP8 operand was already on its grid", _fp8,
+          "values off the grid, truncated", "every FP8 operand was already on its grid", _fp8,
           _install_truncation(FP8_FORMATS), numpy_path=True),
     Fault("half-partials", "FP16 partials in matmul/conv where the policy says FP32",
           "ops objects with half partials", "no ops object took the policy", _float_partials, _install_half_partials),
