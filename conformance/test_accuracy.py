@@ -15,7 +15,7 @@ import pytest
 
 from conformance.accuracy import reference
 from conformance.accuracy.diagnosis import diagnose
-from conformance.accuracy.evaluation import UNITS, compute_metrics, evaluate, worst_samples
+from conformance.accuracy.evaluation import UNITS, compute_metrics, evaluate, measure_probes, worst_samples
 from conformance.fileio import write_bytes_atomic
 from conformance.hardware import get_backend
 from conformance.plugin import SETTINGS_KEY, progress_line
@@ -142,6 +142,8 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check,
     for other in sorted(accuracy_targets.reference_precisions(gates)):
         metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs)
     current = compute_metrics(name, ref, hw, inputs)
+    probe_details = measure_probes(gates, current, accuracy_runs.model_store.get(name), inputs, run["prepared"].ops(),
+                                   Ops(), list(range(min(count, accuracy_runs.batch_size(name)))))  # the first batch
     evaluations = evaluate(gates, current, metric_sets)
     failed = [e for e in evaluations if e.gate.gating and not e.passed]
 
@@ -149,7 +151,7 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check,
         _write_artifacts(settings, name, precision, ref, hw)
 
     common = {"samples": count, "calibration_s": round(run["calibration_s"], 3), "run_s": round(run["run_s"], 3),
-              "tensor_metrics": current.tensor}
+              "tensor_metrics": current.tensor, **probe_details}
     common.update(run["details"])
     diagnosis_text = ""
     if failed or settings.diagnose:

@@ -119,3 +119,73 @@ def diagnose(model, inputs: dict, reference_ops_factory, hardware_ops_factory, s
         layer_snr.append((name, _snr(ref, hw_rec.outputs[name])))
     jump, drop = first_jump(layer_snr)
     return Diagnosis(samples, layer_snr, jump, drop, unmatched)
+
+
+# -- rounding bias, op by op -----------------------------------------------------------------------------------------
+PROBE_MIN_ELEMENTS = 4096
+OP_METHODS = ("input", "embedding", "linear", "matmul", "conv2d", "add", "sub", "mul", "relu", "gelu", "sigmoid", "silu",
+              "tanh", "glu", "layer_norm", "batch_norm", "softmax", "mean", "max_pool2d")
+
+
+def _as_fp32(value):
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return value.astype(np.float32)
+    return value
+
+
+class LocalErrorOps:
+    """Ops that compute every op twice on the same inputs: with the hardware's ops (whose result the model goes on
+    with) and with FP32 ops. The difference is the op's own (local) error, free of what earlier ops did: for each op,
+    ``mean(e * sign(fp32)) / rms(e)`` measures how much of it shrinks (< 0) or grows (> 0) magnitudes. Rounding to
+    nearest even is unbiased, so a correct emulator's local errors average out; truncation or a scale error does not."""
+
+    def __init__(self, hardware_ops, reference_ops):
+        self._hardware = hardware_ops
+        self._reference = reference_ops
+        self.bias: list[tuple[str, str, float, int]] = []  # (op kind, op name, local bias, elements) of erring ops
+
+    def __getattr__(self, attr):
+        if attr not in OP_METHODS:
+            return getattr(self._hardware, attr)
+        hardware_op, reference_op = getattr(self._hardware, attr), getattr(self._reference, attr)
+
+        def op(*args, name, **kwargs):
+            y = hardware_op(*args, name=name, **kwargs)
+            with np.errstate(all="ignore"):
+                exact = reference_op(*[_as_fp32(a) for a in args], name=name,
+                                     **{k: _as_fp32(v) for k, v in kwargs.items()})
+            self._record(attr, name, np.asarray(exact, np.float64), np.asarray(y, np.float64))
+            return y
+
+        return op
+
+    def _record(self, kind: str, name: str, exact: np.ndarray, y: np.ndarray) -> None:
+        if exact.shape != y.shape:
+            return
+        finite = np.isfinite(exact) & np.isfinite(y) & (np.abs(exact) <= FP16_MAX)
+        e = (y - exact)[finite]
+        rms = float(np.sqrt(np.mean(e * e))) if e.size else 0.0
+        if rms > 0.0:
+            self.bias.append((kind, name, float(np.mean(e * np.sign(exact[finite]))) / rms, int(e.size)))
+
+
+def rounding_bias(model, inputs: dict, hardware_ops, reference_ops, samples) -> tuple[float, dict[str, float], list]:
+    """The local bias (see :class:`LocalErrorOps`) on ``samples``, averaged over the ops of each kind (``linear``,
+    ``add``, ``softmax``...) weighted by their elements: the largest in magnitude (signed), the bias of every kind,
+    and the per-op values. Per kind, because a fault in one part of the emulator (FP8 operands: the matrix ops)
+    biases every op of that kind while the other kinds stay unbiased; kinds with fewer than
+    :data:`PROBE_MIN_ELEMENTS` erring elements are left out (a handful of errors, e.g. of weights rounded once, need
+    not average out)."""
+    samples = [int(i) for i in samples]
+    probe = LocalErrorOps(hardware_ops, reference_ops)
+    with np.errstate(all="ignore"):
+        model({k: v[samples] for k, v in inputs.items()}, probe)
+    kinds: dict[str, list[tuple[float, int]]] = {}
+    for kind, _, b, n in probe.bias:
+        kinds.setdefault(kind, []).append((b, n))
+    per_kind = {kind: float(np.average([b for b, _ in v], weights=[n for _, n in v]))
+                for kind, v in kinds.items() if sum(n for _, n in v) >= PROBE_MIN_ELEMENTS}
+    if not per_kind:
+        return 0.0, {}, []
+    worst = max(per_kind.values(), key=abs)
+    return worst, per_kind, probe.bias

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance.accuracy import confidence, metrics
+from conformance.accuracy.diagnosis import rounding_bias
 from conformance.targets import compare
-from conformance.targets.accuracy import TENSOR_METRICS
+from conformance.targets.accuracy import PROBE_METRICS, TENSOR_METRICS
 
 UNITS = {"snr_db": "dB"}
 
@@ -61,11 +62,14 @@ class MetricSet:
     tensor: dict[str, dict[str, float]]  # output -> metric -> value
     nonfinite: dict[str, int]  # output -> number of NaN/Inf values (only outputs that have any)
     units: dict[str, metrics.TaskMetric] = field(default_factory=dict)  # task metric -> its per-unit form
+    probes: dict[str, float] = field(default_factory=dict)  # metrics of the ops themselves (rounding_bias)
 
     def value(self, metric: str) -> tuple[float | None, dict]:
         """The metric's value and where it comes from; tensor metrics gate on the worst output."""
         if metric in self.task:
             return self.task[metric], {}
+        if metric in PROBE_METRICS:
+            return self.probes.get(metric), {}
         if metric in TENSOR_METRICS and self.tensor:
             per_output = {out: m[metric] for out, m in self.tensor.items()}
             higher_is_better = metric in ("cosine", "snr_db")
@@ -85,6 +89,17 @@ def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: di
     tensor = {name: metrics.tensor_metrics(reference[name], hardware[name], f"{model_name} {name}") for name in reference}
     units = metrics.task_unit_metrics(model_name, reference, hardware, inputs)
     return MetricSet({name: m.value for name, m in units.items()}, tensor, {}, units)
+
+
+def measure_probes(gates, current: MetricSet, model, inputs: dict, hardware_ops, reference_ops, samples) -> dict:
+    """Measure the probe metrics ``gates`` ask for (the ops' own rounding bias, on ``samples``) into ``current``;
+    returns what to record about them."""
+    if current.nonfinite or not any(g.metric == "rounding_bias" for g in gates):
+        return {}
+    bias, per_kind, per_op = rounding_bias(model, inputs, hardware_ops, reference_ops, samples)
+    current.probes["rounding_bias"] = abs(bias)
+    return {"rounding_bias_signed": round(bias, 4), "rounding_bias_by_kind": per_kind,
+            "rounding_bias_ops": len(per_op), "rounding_bias_samples": len(samples)}
 
 
 def _interval(gate, current: MetricSet, base: MetricSet | None) -> tuple[dict, bool | None]:

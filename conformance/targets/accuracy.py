@@ -38,6 +38,7 @@ TENSOR_METRICS = (
     "cosine",
     "snr_db",
     "error_bias",
+    "rounding_bias",
 )
 TASK_METRICS = {
     "resnet50": ("top1_agreement", "top5_agreement"),
@@ -63,7 +64,10 @@ TENSOR_BOUNDS = {
     "max_rel_diff": ("max", 0.0, math.inf),
     "mean_rel_diff": ("max", 0.0, math.inf),
     "error_bias": ("max", 0.0, 1.0),
+    "rounding_bias": ("max", 0.0, 1.0),
 }
+# Metrics measured by running the hardware's ops op by op against FP32 ops on the same inputs, not on the outputs.
+PROBE_METRICS = ("rounding_bias",)
 
 
 class TargetsError(DataFileError):
