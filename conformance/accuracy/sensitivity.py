@@ -55,12 +55,11 @@ def _evaluation(e) -> dict:
 class _Study:
     """One model's FP32 reference and its correct runs, each computed once, at one profile's sample count."""
 
-    def __init__(self, name: str, profile, backend, log: Callable[[str], None]):
+    def __init__(self, name: str, profile, backend):
         self.name = name
         self.count = profile.samples[name]
         self.batch_size = profile.batch_size[name]
         self.backend = backend
-        self.log = log
         start = time.perf_counter()
         self.model = load_model(name, seed=WEIGHT_SEED)
         self.inputs, self.reference = self._reference()
@@ -180,7 +179,7 @@ def run(models, precisions=None, faults=None, profile: str = "smoke", *, log: Ca
         pairs = [p for m, p in cases_for([name], precisions)]
         if not pairs:
             continue
-        study = _Study(name, profile_data, backend, log)
+        study = _Study(name, profile_data, backend)
         log(f"sensitivity {name}: {study.count} samples, batch {study.batch_size}, loaded in {study.load_s:.1f} s")
         for precision in pairs:
             cases.append(_case(study, precision, chosen, log))
