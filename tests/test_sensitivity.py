@@ -339,7 +339,7 @@ def _result(status: str) -> dict:
     return {"schema": sensitivity.SCHEMA, "hardware": "ipu", "profile": "smoke", "faults": {"f16-truncation": "d"},
             "cases": [{"model": "widedeep", "precision": "fp16", "samples": 1, "batch_size": 1, "baseline": [],
                        "baseline_seconds": 0.0, "faults": [entry]}],
-            "counts": counts, "all_caught": status != "not caught", "seconds": 1.0}
+            "errors": [], "counts": counts, "all_caught": status != "not caught", "seconds": 1.0}
 
 
 @pytest.mark.parametrize("status, code", [("caught", 0), ("not triggered", 0), ("n/a", 0), ("not caught", 1)])
@@ -368,3 +368,22 @@ def test_help_lists_faults_and_exit_codes(capsys):
     joined = "".join(out.split())  # argparse wraps lines at hyphens
     assert all(name in joined for name in faults.FAULT_NAMES) and "4usageerror" in joined
     assert sensitivity_cli.EXIT_USAGE == 4
+
+
+def test_a_model_without_usable_references_is_listed_and_the_others_run(monkeypatch, tmp_path, capsys):
+    """Stale stored outputs of one model: the study says so, runs the rest, and the command gives no verdict (2)."""
+    real = sensitivity.reference.load
+
+    def load(name, *args, **kwargs):
+        if name == "conformer":
+            raise sensitivity.reference.ReferenceError("reference 'conformer': stale")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(sensitivity.reference, "load", load)
+    code = main(["sensitivity", "--model", "conformer,widedeep", "--precision", "fp16", "--fault", "half-partials",
+                 "--report-dir", str(tmp_path)])
+    assert code == 2
+    result = json.loads((tmp_path / "sensitivity.json").read_text())
+    assert result["errors"] == [{"model": "conformer", "error": "reference 'conformer': stale"}]
+    assert [c["model"] for c in result["cases"]] == ["widedeep"]
+    assert "conformer: not run: reference 'conformer': stale" in capsys.readouterr().out

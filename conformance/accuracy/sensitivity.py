@@ -12,7 +12,8 @@ run: the fault is judged against the truth, not against a run that has the fault
   overflow cannot show): no gate can see it on these samples;
 - ``n/a``: the fault does not apply to the precision (e.g. an FP8 fault at fp16).
 
-Everything returned is plain data (JSON-ready): :func:`run` gives the whole study, :func:`render_text` and
+Everything returned is plain data (JSON-ready): :func:`run` gives the whole study (a model whose stored FP32
+outputs cannot be used is listed under ``errors`` and the others still run), :func:`render_text` and
 :func:`render_markdown` its tables.
 """
 
@@ -174,18 +175,23 @@ def run(models, precisions=None, faults=None, profile: str = "smoke", *, log: Ca
     chosen = [get_fault(name) for name in (faults or FAULT_NAMES)]
     profile_data = load_profiles()[profile]
     start = time.perf_counter()
-    cases = []
+    cases, errors = [], []
     for name in models:
         pairs = [p for m, p in cases_for([name], precisions)]
         if not pairs:
             continue
-        study = _Study(name, profile_data, backend)
+        try:
+            study = _Study(name, profile_data, backend)
+        except reference.ReferenceError as exc:  # e.g. stale stored outputs: the other models still run
+            errors.append({"model": name, "error": str(exc)})
+            log(f"sensitivity {name}: not run: {exc}")
+            continue
         log(f"sensitivity {name}: {study.count} samples, batch {study.batch_size}, loaded in {study.load_s:.1f} s")
         for precision in pairs:
             cases.append(_case(study, precision, chosen, log))
     counts = {status: sum(f["status"] == status for c in cases for f in c["faults"]) for status in STATUSES}
     return {"schema": SCHEMA, "hardware": HARDWARE, "profile": profile,
-            "faults": {f.name: f.description for f in chosen}, "cases": cases, "counts": counts,
+            "faults": {f.name: f.description for f in chosen}, "cases": cases, "errors": errors, "counts": counts,
             "all_caught": counts["not caught"] == 0, "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -216,6 +222,7 @@ def render_text(result: dict) -> str:
         for entry in case["faults"]:
             lines.append(f"  {entry['fault']:<{width}}  {describe(entry)}")
         lines.append("")
+    lines += [f"{error['model']}: not run: {error['error']}" for error in result["errors"]]
     counts = result["counts"]
     lines.append(f"sensitivity ({result['profile']} profile, {result['seconds']:.0f} s): {counts['caught']} caught, "
                  f"{counts['not caught']} not caught, {counts['not triggered']} not triggered, {counts['n/a']} n/a")
@@ -231,6 +238,8 @@ def render_markdown(result: dict) -> str:
              f"{counts['not triggered']} not triggered, {counts['n/a']} n/a. A gate catches a fault when it passes on "
              "the correct emulator and fails with the fault.", "", "| fault | what it does |", "|---|---|"]
     lines += [f"| `{name}` | {text} |" for name, text in result["faults"].items()]
+    if result["errors"]:
+        lines += ["", "Not run:", ""] + [f"- {error['model']}: {error['error']}" for error in result["errors"]]
     for case in result["cases"]:
         lines += ["", f"## {case['model']} {case['precision']}", "", _baseline_line(case) + ".", "",
                   "| fault | result | caught by |", "|---|---|---|"]

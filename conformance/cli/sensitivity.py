@@ -5,7 +5,8 @@ For every model and precision with accuracy gates, the correct emulator is run o
 that applies; a gate catches a fault when it passes without it and fails with it. Prints one table per model and
 precision (fault -> the gates that caught it, NOT CAUGHT, not triggered, or n/a) and, with --report-dir, writes
 sensitivity.json and sensitivity.md there. Exit status: 0 every fault that changed an output was caught, 1 some was
-not, 2 interrupted, 3 internal error or a report that cannot be written, 4 usage error (an unknown model, precision,
+not, 2 interrupted or a model could not be run (its stored FP32 outputs are stale: listed, the others still run),
+3 internal error or a report that cannot be written, 4 usage error (an unknown model, precision,
 fault or profile, named with the valid choices)."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from conformance.targets.profiles import PROFILE_NAMES
 from models import MODEL_NAMES, canonical_name
 
 EXIT_INTERRUPTED = 2
+EXIT_UNUSABLE = 2  # a model could not be studied (its stored FP32 outputs are stale or missing): no verdict
 EXIT_REPORT_ERROR = 3
 EXIT_USAGE = 4
 
@@ -118,4 +120,6 @@ def run(args) -> int:
                   file=sys.stderr)
             return EXIT_REPORT_ERROR
         print(f"report: {args.report_dir / 'sensitivity.json'}, {args.report_dir / 'sensitivity.md'}")
+    if result["errors"]:
+        return EXIT_UNUSABLE
     return 0 if result["all_caught"] else 1
