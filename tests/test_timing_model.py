@@ -76,8 +76,9 @@ def test_fp8_is_faster_only_through_the_matrix_units():
 
 def test_fp8_skip_list_keeps_ops_at_fp16():
     types = data_types("fp8", "resnet50")
-    assert "resnet.embedder.embedder.convolution" in types.skip
-    assert types.matrix_types("resnet.embedder.embedder.convolution")[0] == "fp16"
+    assert "resnet.encoder.stages.0.layers.0.shortcut.convolution" in types.skip
+    assert types.matrix_types("resnet.encoder.stages.0.layers.0.shortcut.convolution")[0] == "fp16"
+    assert types.matrix_types("resnet.embedder.embedder.convolution")[0] == "fp8"
     assert types.matrix_types("resnet.encoder.stages.0.layers.0.layer.0.convolution")[0] == "fp8"
 
 
