@@ -26,12 +26,13 @@ from typing import Callable
 import numpy as np
 
 from conformance.accuracy import reference
-from conformance.accuracy.evaluation import compute_metrics, evaluate
+from conformance.accuracy.evaluation import compute_metrics, evaluate, measure_probes
 from conformance.hardware import get_backend
 from conformance.hardware.ipu.faults import FAULT_NAMES, get_fault
 from conformance.targets import accuracy as accuracy_targets
 from conformance.targets.profiles import load_profiles
 from models import load_model, run_batched
+from models.ops import Ops
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
 SCHEMA = "ipu-conformance/sensitivity/1"
@@ -82,17 +83,21 @@ class _Study:
             return inputs, {k: np.concatenate([stored[k], rest[k]]) for k in stored}
         return inputs, run_batched(self.model, inputs, self.batch_size)
 
-    def run(self, precision: str) -> dict:
-        """The emulator's outputs at ``precision`` (with whatever fault is injected around the call)."""
+    def run(self, precision: str) -> tuple[dict, object]:
+        """The emulator's outputs at ``precision`` and their metrics, the probes the gates ask for included, as the
+        accuracy test measures them (with whatever fault is injected around the call)."""
         prepared = self.backend.prepare(self.model, precision, batch_size=self.batch_size)
         with np.errstate(all="ignore"):
-            return run_batched(self.model, self.inputs, self.batch_size, prepared.ops())
+            outputs = run_batched(self.model, self.inputs, self.batch_size, prepared.ops())
+        metrics = self.metrics(outputs)
+        measure_probes(accuracy_targets.gates_for(HARDWARE, self.name, precision), metrics, self.model, self.inputs,
+                       prepared.ops(), Ops(), list(range(min(self.count, self.batch_size))))
+        return outputs, metrics
 
     def clean(self, precision: str) -> tuple[dict, object]:
         """(outputs, metrics) of the correct emulator at ``precision``."""
         if precision not in self._clean:
-            outputs = self.run(precision)
-            self._clean[precision] = (outputs, compute_metrics(self.name, self.reference, outputs, self.inputs))
+            self._clean[precision] = self.run(precision)
         return self._clean[precision]
 
     def metrics(self, outputs: dict):
@@ -122,7 +127,7 @@ def _fault_case(study: _Study, precision: str, fault, gates, reference_sets, bas
         return entry
     start = time.perf_counter()
     with fault.inject() as injection:
-        outputs = study.run(precision)
+        outputs, faulty_metrics = study.run(precision)
     entry["changed"] = injection.changed
     entry["seconds"] = round(time.perf_counter() - start, 2)
     if _same_bits(outputs, study.clean(precision)[0]):
@@ -131,7 +136,7 @@ def _fault_case(study: _Study, precision: str, fault, gates, reference_sets, bas
                            else f"outputs bit-identical to the correct emulator's although the fault acted "
                                 f"({injection.changed} {fault.unit})")
         return entry
-    evaluations = evaluate(gates, study.metrics(outputs), reference_sets)
+    evaluations = evaluate(gates, faulty_metrics, reference_sets)
     entry["evaluations"] = [_evaluation(e) for e in evaluations]
     caught, flagged, failing = _judge(baseline, evaluations)
     entry.update(caught_by=caught, flagged_by=flagged, status="caught" if caught else "not caught")
