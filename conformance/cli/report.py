@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from conformance.fileio import write_text_atomic
-from conformance.report import record as results_record
 from conformance.report import compare, render
+from conformance.report import record as results_record
 from conformance.report.merge import MergeError, merge
 
 EXIT_PASS, EXIT_FAIL, EXIT_UNUSABLE_INPUT, EXIT_CANNOT_WRITE, EXIT_USAGE = 0, 1, 2, 3, 4

@@ -166,7 +166,7 @@ class BatchingSUT:
         try:
             ready = float(self.device.ready_at())
             if math.isnan(ready):
-                raise MalformedResponses(f"ready_at() returned NaN; expected a perf_counter time")
+                raise MalformedResponses("ready_at() returned NaN; expected a perf_counter time")
             return ready
         except BaseException as exc:  # noqa: BLE001
             self.fail("ready_at", exc)

@@ -7,7 +7,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, RootModel, StringConstraints, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    RootModel,
+    StringConstraints,
+    model_validator,
+)
 
 from conformance.datafiles import Schema, load_validated
 
