@@ -142,7 +142,16 @@ def _signal_soon(signum: int, after_s: float = 0.2) -> threading.Timer:
     return timer
 
 
-def test_the_guard_calls_back_once_and_raises_after_the_block():
+@pytest.fixture
+def python_sigint():
+    """SIGINT as Python installs it in a foreground process, whatever this process inherited (a background job of a
+    shell starts with SIGINT ignored, and then an ignored signal rightly stays ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_the_guard_calls_back_once_and_raises_after_the_block(python_sigint):
     seen: list[int] = []
     finished = threading.Event()
     with pytest.raises(KeyboardInterrupt):
@@ -167,7 +176,7 @@ def test_sigterm_raises_keyboard_interrupt_where_the_run_installed_it():
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-def test_an_interrupt_stops_a_virtual_time_simulation_and_writes_no_summary(tmp_path):
+def test_an_interrupt_stops_a_virtual_time_simulation_and_writes_no_summary(tmp_path, python_sigint):
     device = ServiceTimeDevice(lambda n: (1e-4 * n, 1e-4 * n))
     huge = ScenarioSettings("Server", min_duration_ms=3_600_000, min_query_count=1, target_qps=2000,
                             performance_sample_count=8, server_latency_ms=10)  # 7.2M queries: minutes of simulation

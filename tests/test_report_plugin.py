@@ -273,7 +273,7 @@ def test_shards_together_equal_the_whole_run(suite, capsys):
 def test_xdist_gives_the_same_records_and_one_report(suite):
     pytest.importorskip("xdist")
     suite.path.joinpath("xfails.txt").write_text(XFAILS)
-    args = ["-p", "xdist", "--xfail-file", "xfails.txt"]
+    args = ["-p", "xdist", "--xfail-file", "xfails.txt", "--profile", "smoke"]
     serial = suite.runpytest_subprocess(*args, "-p", "no:randomly", "--report-dir", "serial")
     parallel = suite.runpytest_subprocess(*args, "-n", "2", "--report-dir", "parallel")
     assert serial.ret == parallel.ret == 0
