@@ -15,7 +15,14 @@ import pytest
 
 from conformance.accuracy import reference
 from conformance.accuracy.diagnosis import diagnose
-from conformance.accuracy.evaluation import UNITS, compute_metrics, evaluate, measure_probes, worst_samples
+from conformance.accuracy.evaluation import (
+    UNITS,
+    compute_metrics,
+    evaluate,
+    measure_probes,
+    probe_samples,
+    worst_samples,
+)
 from conformance.fileio import write_bytes_atomic
 from conformance.hardware import get_backend
 from conformance.plugin import SETTINGS_KEY, progress_line
@@ -143,7 +150,7 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check,
         metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs)
     current = compute_metrics(name, ref, hw, inputs)
     probe_details = measure_probes(gates, current, accuracy_runs.model_store.get(name), inputs, run["prepared"].ops(),
-                                   Ops(), list(range(min(count, accuracy_runs.batch_size(name)))))  # the first batch
+                                   Ops(), probe_samples(inputs, min(count, accuracy_runs.batch_size(name))))
     evaluations = evaluate(gates, current, metric_sets)
     failed = [e for e in evaluations if e.gate.gating and not e.passed]
 

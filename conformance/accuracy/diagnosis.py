@@ -123,6 +123,7 @@ def diagnose(model, inputs: dict, reference_ops_factory, hardware_ops_factory, s
 
 # -- rounding bias, op by op -----------------------------------------------------------------------------------------
 PROBE_MIN_ELEMENTS = 4096
+PROBE_INPUT_ELEMENTS = 4096  # input values the probe runs on (at least two samples): its ops then have many more
 # Ops whose local error is the rounding of given values (the model's inputs, an embedding table's rows): it is fixed
 # per value, and data with repeated values (wide&deep's bucketed features, repeated tokens) repeats it, so it need not
 # average out (wide&deep's inputs measure 0.15 with correct rounding). The ops computing from them are probed.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance.accuracy import confidence, metrics
-from conformance.accuracy.diagnosis import rounding_bias
+from conformance.accuracy.diagnosis import PROBE_INPUT_ELEMENTS, rounding_bias
 from conformance.targets import compare
 from conformance.targets.accuracy import PROBE_METRICS, TENSOR_METRICS
 
@@ -89,6 +89,14 @@ def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: di
     tensor = {name: metrics.tensor_metrics(reference[name], hardware[name], f"{model_name} {name}") for name in reference}
     units = metrics.task_unit_metrics(model_name, reference, hardware, inputs)
     return MetricSet({name: m.value for name, m in units.items()}, tensor, {}, units)
+
+
+def probe_samples(inputs: dict, available: int) -> list[int]:
+    """The samples the probes run on: the first ones that hold :data:`PROBE_INPUT_ELEMENTS` input values (two at
+    least, ``available`` at most): two images or sequences, a hundred-odd wide&deep rows."""
+    per_sample = sum(int(np.prod(np.shape(v)[1:], dtype=np.int64)) for v in inputs.values())
+    wanted = max(2, -(-PROBE_INPUT_ELEMENTS // max(per_sample, 1)))
+    return list(range(min(wanted, available)))
 
 
 def measure_probes(gates, current: MetricSet, model, inputs: dict, hardware_ops, reference_ops, samples) -> dict:

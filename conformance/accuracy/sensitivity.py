@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from conformance.accuracy import reference
-from conformance.accuracy.evaluation import compute_metrics, evaluate, measure_probes
+from conformance.accuracy.evaluation import compute_metrics, evaluate, measure_probes, probe_samples
 from conformance.hardware import get_backend
 from conformance.hardware.ipu.faults import FAULT_NAMES, get_fault
 from conformance.targets import accuracy as accuracy_targets
@@ -91,7 +91,7 @@ class _Study:
             outputs = run_batched(self.model, self.inputs, self.batch_size, prepared.ops())
         metrics = self.metrics(outputs)
         measure_probes(accuracy_targets.gates_for(HARDWARE, self.name, precision), metrics, self.model, self.inputs,
-                       prepared.ops(), Ops(), list(range(min(self.count, self.batch_size))))
+                       prepared.ops(), Ops(), probe_samples(self.inputs, min(self.count, self.batch_size)))
         return outputs, metrics
 
     def clean(self, precision: str) -> tuple[dict, object]:
