@@ -48,6 +48,16 @@ TASK_METRICS = {
     "widedeep": ("accuracy", "auc"),
     "conformer": (),  # no data set: tensor-level SNR and cosine of the encoder output are its task metrics
 }
+# Task metrics against the labels of a user's evaluation set (``--dataset``), per model; gated only when the set has
+# labels. Their FP32 value is the FP32 model's accuracy on those labels.
+LABEL_METRICS = {
+    "resnet50": ("top1_accuracy", "top5_accuracy"),
+    "bert-base": ("squad_exact_match", "squad_f1"),
+    "albert": ("squad_exact_match", "squad_f1"),
+    "roformer": ("pair_accuracy",),
+    "widedeep": ("click_accuracy", "click_auc"),
+    "conformer": (),
+}
 # Cases that are not one of the six models, with the metrics they report.
 EXTRA_CASES = {
     "minilm": ("embedding_cosine", "min_embedding_cosine", "retrieval_agreement"),

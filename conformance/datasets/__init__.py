@@ -1,0 +1,42 @@
+"""Users' evaluation data in the formats the field uses, read into each model's inputs with the reference
+preprocessing, with labels to score against (see :mod:`conformance.datasets.base`).
+
+| model | format | module |
+|---|---|---|
+| bert-base, albert | SQuAD v1.1 JSON (``dev-v1.1.json`` layout) + the checkpoint's tokenizer | ``squad`` |
+| resnet50 | an image folder with ``val_map.txt`` (``<file> <label>`` per line) | ``images`` |
+| widedeep | Criteo TSV: label, 13 integer and 26 categorical (hex) features | ``criteo`` |
+| roformer | CAIL2019-SCM JSON lines (``A``, ``B``, ``C``, ``label``) + the checkpoint's tokenizer | ``cail`` |
+| conformer | ``.npz`` of ``src`` and ``src_pad_mask`` (no labels) | ``speech`` |
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+
+FORMAT_MODULES = {
+    "bert-base": "conformance.datasets.squad",
+    "albert": "conformance.datasets.squad",
+    "resnet50": "conformance.datasets.images",
+    "widedeep": "conformance.datasets.criteo",
+    "roformer": "conformance.datasets.cail",
+    "conformer": "conformance.datasets.speech",
+}
+
+
+def format_module(model_name: str):
+    return importlib.import_module(FORMAT_MODULES[model_name])
+
+
+def load_dataset(model_name: str, path, model, checkpoint=None, limit: int | None = None) -> EvaluationSet:
+    """The evaluation set of ``model_name`` read from ``path`` (a DatasetError naming what is wrong otherwise)."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{model_name} dataset {str(path)!r}: no such file or directory")
+    return format_module(model_name).load(path, model, checkpoint=checkpoint, limit=limit)
+
+
+__all__ = ["DatasetError", "EvaluationSet", "FORMAT_MODULES", "format_module", "load_dataset", "sha256_files"]

@@ -1,0 +1,74 @@
+"""What every evaluation-data format gives the accuracy tests: the model's inputs, the labels as a scorer, and where it
+all came from.
+
+A format module exposes ``load(path, model, checkpoint=None, limit=None) -> EvaluationSet``:
+
+- ``path``: the user's file or folder (``--dataset MODEL=PATH``);
+- ``model``: the loaded :class:`models.base.Model` (its config gives sequence length, image size, vocabulary, classes);
+- ``checkpoint``: the checkpoint directory (``--checkpoint MODEL=PATH``) or None; tokenizers and image preprocessing
+  configs are looked up there;
+- ``limit``: at most this many evaluation units (questions, images, pairs of a triplet, rows), the first ones in file
+  order; None for all of them.
+
+Anything malformed is a :class:`DatasetError` naming the file (and line or entry) and what was expected, raised before
+any model runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from conformance.accuracy.metrics import TaskMetric
+
+
+class DatasetError(ValueError):
+    """Evaluation data that cannot be used: names the file (and line or entry) and what was expected."""
+
+
+@dataclass(frozen=True)
+class EvaluationSet:
+    """A user's evaluation data, ready for the model.
+
+    ``inputs``: the model's input arrays (one row per model sample; a SQuAD question may take several windows, a
+    CAIL triplet two rows (A,B),(A,C) interleaved).
+    ``scorer``: outputs of the model on ``inputs`` -> the task metrics against the labels, each a
+    :class:`TaskMetric` over evaluation units (questions, images, triplets, rows), so that the confidence intervals
+    resample units; None when the data has no labels (conformer).
+    ``units``: the number of evaluation units.
+    ``provenance``: what was judged, for the report: ``format``, ``path``, ``sha256`` (of the file, or of the files
+    read from a folder, in order), ``units``, ``rows`` (model samples), ``labels`` (a short description of label
+    coverage, e.g. "412 of 1000 classes" or "clicks 25.6%"), ``preprocessing`` (a dict of the settings used; it is part
+    of the cache key of the FP32 outputs).
+    """
+
+    model: str
+    inputs: dict[str, np.ndarray]
+    units: int
+    provenance: dict[str, Any]
+    scorer: Callable[[dict[str, np.ndarray]], dict[str, TaskMetric]] | None = field(default=None, compare=False)
+
+    @property
+    def labelled(self) -> bool:
+        return self.scorer is not None
+
+    def label_metrics(self, outputs: dict[str, np.ndarray]) -> dict[str, TaskMetric]:
+        """The task metrics of ``outputs`` against the labels ({} without labels)."""
+        return {} if self.scorer is None else self.scorer(outputs)
+
+
+def sha256_files(paths) -> str:
+    """SHA-256 over the bytes of ``paths`` in the given order (each prefixed by its name, so renames count)."""
+    h = hashlib.sha256()
+    for path in paths:
+        path = Path(path)
+        h.update(f"{path.name}|".encode())
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
