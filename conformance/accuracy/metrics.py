@@ -291,7 +291,7 @@ class TaskMetric:
         return float(self.statistic(np.arange(self.units)))
 
 
-def _mean_metric(scores) -> TaskMetric:
+def mean_metric(scores) -> TaskMetric:
     scores = np.asarray(scores, np.float64)
     return TaskMetric(len(scores), lambda idx: float(np.mean(scores[idx])), scores)
 
@@ -302,21 +302,21 @@ def task_unit_metrics(model_name: str, reference: dict, hardware: dict, inputs: 
     is relative to."""
     if model_name == "resnet50":
         ref, hw = _as_pair(reference["logits"], hardware["logits"], "logits")
-        return {"top1_agreement": _mean_metric(topk_hits(ref, hw, 1)), "top5_agreement": _mean_metric(topk_hits(ref, hw, 5))}
+        return {"top1_agreement": mean_metric(topk_hits(ref, hw, 1)), "top5_agreement": mean_metric(topk_hits(ref, hw, 5))}
     if model_name in ("bert-base", "albert"):
         context = squad_context_mask(inputs)
         ref_spans = best_spans(reference["start_logits"], reference["end_logits"], context)
         hw_spans = best_spans(hardware["start_logits"], hardware["end_logits"], context)
-        return {k: _mean_metric(v) for k, v in span_unit_scores(ref_spans, hw_spans, inputs["input_ids"]).items()}
+        return {k: mean_metric(v) for k, v in span_unit_scores(ref_spans, hw_spans, inputs["input_ids"]).items()}
     if model_name == "roformer":
         hits = pair_order_hits(similarity_score(reference["logits"]), similarity_score(hardware["logits"]))
-        return {"pairwise_order_agreement": _mean_metric(hits)}
+        return {"pairwise_order_agreement": mean_metric(hits)}
     if model_name == "widedeep":
         p_ref = click_probability(reference["probabilities"])
         labels = widedeep_labels(p_ref)
         p_hw = click_probability(hardware["probabilities"])
         correct = (p_hw >= 0.5) == (labels != 0)
-        return {"accuracy": _mean_metric(correct),
+        return {"accuracy": mean_metric(correct),
                 "auc": TaskMetric(len(labels), lambda idx: roc_auc(p_hw[idx], labels[idx]))}
     if model_name == "conformer":
         return {}
