@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.hardware import Backend, get_backend
-from conformance.plugin import SETTINGS_KEY
+from conformance.datasets.user import UserCase
+from conformance.plugin import SETTINGS_KEY, USER_CASES_KEY
 from conformance.report.checks import RECORD_KEY, CheckRecord, plain
 from conformance.settings import RunSettings
 from conformance.targets import compare
@@ -24,10 +25,11 @@ def backend(settings) -> Backend:
 
 
 class ModelStore:
-    """Loads each model once per session (seeded weights are large; building them twice wastes seconds)."""
+    """Loads each model once per session (seeded weights are large; building them twice wastes seconds); a user's
+    checkpoint (``--checkpoint``) was loaded when the options were checked."""
 
-    def __init__(self):
-        self._models = {}
+    def __init__(self, user_cases: dict | None = None):
+        self._models = {name: case.model for name, case in (user_cases or {}).items()}
 
     def get(self, name: str):
         if name not in self._models:
@@ -36,8 +38,14 @@ class ModelStore:
 
 
 @pytest.fixture(scope="session")
-def model_store() -> ModelStore:
-    return ModelStore()
+def user_cases(pytestconfig) -> dict[str, UserCase]:
+    """The models the user gave a checkpoint or data set for (``--checkpoint``, ``--dataset``)."""
+    return pytestconfig.stash[USER_CASES_KEY]
+
+
+@pytest.fixture(scope="session")
+def model_store(user_cases) -> ModelStore:
+    return ModelStore(user_cases)
 
 
 @pytest.fixture

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+from dataclasses import replace
 from pathlib import Path
 
 import numpy
 import pytest
 
+from conformance.datasets.cache import CacheError, check_writable, default_directory
+from conformance.datasets.user import UserCase, UserInputError, load_cases
 from conformance.hardware import get_backend, hardware_names
 from conformance.numerics.compiled import KERNEL_PATHS, KERNELS_VARIABLE, configured_path
 from conformance.numerics.formats import worker_threads
@@ -27,6 +30,7 @@ from conformance.targets.regression import load_tolerances
 from models import MODEL_NAMES, canonical_name
 
 SETTINGS_KEY = pytest.StashKey[RunSettings]()
+USER_CASES_KEY = pytest.StashKey[dict[str, UserCase]]()
 REPORT_KEY = pytest.StashKey[ReportSession]()
 THREADS_VARIABLE = "CONFORMANCE_THREADS"
 # cases beside the six models, run when --model is not given or names them
@@ -131,6 +135,53 @@ def _shard(value: str):
         return parse_shard(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _model_path(value: str) -> tuple[str, Path]:
+    """argparse type of ``--checkpoint`` and ``--dataset``: ``MODEL=PATH`` with a known model (or alias)."""
+    name, sep, path = value.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not MODEL=PATH (e.g. resnet50=/data/imagenet)")
+    try:
+        return canonical_name(name.strip()), Path(path.strip()).expanduser()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+
+
+def _sample_cap(value: str) -> tuple[str, int]:
+    """argparse type of ``--samples``: ``N`` (every model) or ``MODEL=N``, N a positive integer."""
+    name, sep, count = value.rpartition("=")
+    try:
+        model = canonical_name(name.strip()) if sep else "*"
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+    try:
+        number = int(count)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected N or MODEL=N with N a positive integer")
+    return model, number
+
+
+def _per_model(config: pytest.Config, option: str, dest: str) -> dict:
+    """``MODEL=VALUE`` options as a dict; a model given twice is a usage error."""
+    out: dict = {}
+    for name, value in config.getoption(dest):
+        if name in out:
+            shown = "N" if name == "*" else f"{name}=..."
+            raise pytest.UsageError(f"{option} {shown} given more than once; give each model once")
+        out[name] = value
+    return out
+
+
+def selected_cache_dir(config: pytest.Config) -> Path:
+    """``--cache-dir`` or the platform's cache directory, created and writable (a usage error otherwise)."""
+    given = config.getoption("cache_dir")
+    try:
+        return check_writable(given if given is not None else default_directory())
+    except CacheError as exc:
+        raise pytest.UsageError(f"--cache-dir: {exc}" if given is not None else str(exc)) from None
 
 
 def _precision_names(value: str) -> list[str]:
@@ -261,6 +312,41 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(a cross-check: latencies then include the host's scheduling)",
     )
     group.addoption(
+        "--checkpoint",
+        action="append",
+        type=_model_path,
+        default=[],
+        metavar="MODEL=DIR",
+        help="judge your trained checkpoint (a transformers save_pretrained directory; widedeep: its own layout) "
+        "instead of the seeded weights; repeatable, one per model",
+    )
+    group.addoption(
+        "--dataset",
+        action="append",
+        type=_model_path,
+        default=[],
+        metavar="MODEL=PATH",
+        help="judge on your evaluation data (SQuAD v1.1 JSON, an image folder with val_map.txt, Criteo TSV, CAIL2019-SCM "
+        "JSON lines, a conformer .npz) with task metrics against its labels; repeatable, one per model",
+    )
+    group.addoption(
+        "--samples",
+        action="append",
+        type=_sample_cap,
+        default=[],
+        metavar="N|MODEL=N",
+        help="accuracy samples per model (a data set: at most N of its questions/images/triplets/rows, default all; "
+        "otherwise N synthetic samples, default the profile's); repeatable",
+    )
+    group.addoption(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where FP32 outputs of your checkpoints and data are cached (default: the platform's user cache "
+        "directory, e.g. ~/.cache/ipu-conformance, or $IPU_CONFORMANCE_CACHE)",
+    )
+    group.addoption(
         "--xfail-file",
         type=Path,
         default=None,
@@ -303,10 +389,20 @@ def _configure(config: pytest.Config) -> None:
         xfail_file=selected_xfail_file(config, hardware),
         device=selected_device(config),
         real_time_loadgen=config.getoption("real_time_loadgen"),
+        checkpoints=_per_model(config, "--checkpoint", "checkpoint"),
+        datasets=_per_model(config, "--dataset", "dataset"),
+        samples=_per_model(config, "--samples", "samples"),
     )
+    if settings.checkpoints or settings.datasets:
+        settings = replace(settings, cache_dir=selected_cache_dir(config))
     check_data_files()
     accuracy_targets.check_complete(settings.hardware, settings.models)
     check_targets_runnable(settings)
+    try:  # the user's checkpoints and data are read and checked before any test runs
+        config.stash[USER_CASES_KEY] = load_cases(settings.models, settings.checkpoints, settings.datasets,
+                                                  settings.samples)
+    except UserInputError as exc:
+        raise pytest.UsageError(str(exc)) from None
     config.add_cleanup(terminate_as_interrupt())  # SIGTERM stops the run as Ctrl-C does: exit 2, the report written
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
     report = ReportSession(config, settings)
@@ -326,4 +422,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"conformance: hardware={settings.hardware} ({backend.description}), precisions={','.join(backend.precisions)}",
         f"conformance: profile={settings.profile}, models={','.join(settings.models)}",
         "conformance: versions " + ", ".join(f"{k}={v}" for k, v in versions.items()),
+        *(f"conformance: {name} judged: {describe_case(case)}" for name, case in config.stash[USER_CASES_KEY].items()),
     ]
+
+
+def describe_case(case: UserCase) -> str:
+    """One line: the checkpoint and data set of a user's case."""
+    parts = [f"checkpoint {case.checkpoint['path']} (sha256 {case.checkpoint['sha256'][:12]})" if case.checkpoint
+             else "seeded weights"]
+    if case.evaluation is not None:
+        data = case.evaluation.provenance
+        parts.append(f"{data['format']} {data['path']} ({case.evaluation.units} units, labels: {data['labels']})")
+    else:
+        parts.append("synthetic samples")
+    return ", ".join(parts)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.report.shard import Shard
@@ -22,6 +22,14 @@ class RunSettings:
     xfail_file: Path | None = None  # --xfail-file, or the hardware's own file
     device: str | None = None  # --device: the simulated chip (None: the hardware's default)
     real_time_loadgen: bool = False  # --real-time-loadgen
+    checkpoints: dict[str, Path] = field(default_factory=dict)  # --checkpoint MODEL=DIR
+    datasets: dict[str, Path] = field(default_factory=dict)  # --dataset MODEL=PATH
+    samples: dict[str, int] = field(default_factory=dict)  # --samples N ("*") or MODEL=N
+    cache_dir: Path | None = None  # --cache-dir (None: the platform's cache directory)
+
+    def sample_count(self, model: str) -> int:
+        """How many samples the accuracy tests run for ``model`` without a data set: ``--samples`` or the profile's."""
+        return self.samples.get(model, self.samples.get("*", self.profile_data.samples[model]))
 
     @property
     def profile_data(self) -> Profile:

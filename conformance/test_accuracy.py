@@ -8,6 +8,7 @@ The matrix comes from ``conformance/targets/accuracy.toml`` (the tables of ``--h
 from __future__ import annotations
 
 import io
+import shlex
 import time
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from conformance.accuracy import reference
 from conformance.accuracy.diagnosis import diagnose
+from conformance.datasets.cache import OutputCache
 from conformance.accuracy.evaluation import (
     UNITS,
     compute_metrics,
@@ -53,26 +55,48 @@ def pytest_generate_tests(metafunc):
 
 
 class AccuracyRuns:
-    """The session's FP32 references and hardware runs, each computed once (an fp8 test reuses the fp16 run)."""
+    """The session's FP32 references and hardware runs, each computed once (an fp8 test reuses the fp16 run).
 
-    def __init__(self, settings, backend, model_store, config):
+    A model of the user's (``--checkpoint``, ``--dataset``) takes its inputs from the data set (or the checkpoint
+    model's synthetic samples) and its FP32 outputs from the FP32 model, cached on disk; the others use the stored
+    references."""
+
+    def __init__(self, settings, backend, model_store, user_cases, config):
         self.settings = settings
         self.backend = backend
         self.model_store = model_store
+        self.user_cases = user_cases
         self.config = config
         self._references: dict[str, tuple[dict, dict]] = {}
         self._runs: dict[tuple[str, str], dict] = {}
+        self.cached: dict[str, bool] = {}  # user's models: whether their FP32 outputs came from the cache
 
     def count(self, name: str) -> int:
-        return self.settings.profile_data.samples[name]
+        """Model samples (rows) the test runs: a data set's (all, or as --samples caps it), else --samples or the
+        profile's."""
+        if name in self.user_cases and self.user_cases[name].evaluation is not None:
+            return len(next(iter(self.user_cases[name].evaluation.inputs.values())))
+        return self.settings.sample_count(name)
 
     def batch_size(self, name: str) -> int:
         return self.settings.profile_data.batch_size[name]
 
+    def labels(self, name: str):
+        """The labelled evaluation set of ``name`` (None without labels)."""
+        case = self.user_cases.get(name)
+        return case.evaluation if case is not None and case.labelled else None
+
     def reference(self, name: str) -> tuple[dict, dict]:
         """(inputs, FP32 outputs) of the first ``count`` evaluation samples: stored outputs, and FP32 computed
-        here for samples beyond the stored ones."""
+        here for samples beyond the stored ones; a user's model: computed (or cached) outputs of its inputs."""
         if name not in self._references:
+            if name in self.user_cases:
+                case = self.user_cases[name]
+                inputs = case.inputs(self.count(name))
+                outputs, self.cached[name] = case.reference(inputs, self.batch_size(name),
+                                                            OutputCache(self.settings.cache_dir))
+                self._references[name] = (inputs, outputs)
+                return self._references[name]
             model = self.model_store.get(name)
             count = self.count(name)
             stored = reference.load(name, model=model)
@@ -115,8 +139,8 @@ class AccuracyRuns:
 
 
 @pytest.fixture(scope="session")
-def accuracy_runs(settings, backend, model_store, pytestconfig):
-    return AccuracyRuns(settings, backend, model_store, pytestconfig)
+def accuracy_runs(settings, backend, model_store, user_cases, pytestconfig):
+    return AccuracyRuns(settings, backend, model_store, user_cases, pytestconfig)
 
 
 def _write_artifacts(settings, name: str, precision: str, ref: dict, hw: dict) -> None:
@@ -129,26 +153,33 @@ def _write_artifacts(settings, name: str, precision: str, ref: dict, hw: dict) -
 
 
 def _reproduce(settings, name: str, precision: str) -> str:
+    user = "".join(f" {option} {name}={shlex.quote(str(given[name]))}"
+                   for option, given in (("--checkpoint", settings.checkpoints), ("--dataset", settings.datasets))
+                   if name in given)
+    samples = settings.samples.get(name, settings.samples.get("*"))
+    if samples is not None:
+        user += f" --samples {name}={samples}"
     return (f"pytest conformance/test_accuracy.py --hardware {settings.hardware} --profile {settings.profile} "
-            f"--model {name} --precision {precision} --diagnose")
+            f"--model {name} --precision {precision}{user} --diagnose")
 
 
-def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check, pytestconfig):
+def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, record_check, pytestconfig):
     name, precision = accuracy_case
     reason = backend.accuracy_support(name, precision)
     if reason:
         pytest.skip(reason)
-    gates = accuracy_targets.gates_for(settings.hardware, name, precision)
+    labels = accuracy_runs.labels(name)
+    gates = accuracy_targets.applicable(accuracy_targets.gates_for(settings.hardware, name, precision), labels is not None)
     count = accuracy_runs.count(name)
     progress_line(pytestconfig, f"accuracy {name} {precision}: {count} samples, batch {accuracy_runs.batch_size(name)}")
     inputs, ref = accuracy_runs.reference(name)
     run = accuracy_runs.hardware(name, precision)
     hw = run["outputs"]
 
-    metric_sets = {"fp32": compute_metrics(name, ref, ref, inputs)}
+    metric_sets = {"fp32": compute_metrics(name, ref, ref, inputs, labels)}
     for other in sorted(accuracy_targets.reference_precisions(gates)):
-        metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs)
-    current = compute_metrics(name, ref, hw, inputs)
+        metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs, labels)
+    current = compute_metrics(name, ref, hw, inputs, labels)
     probe_details = measure_probes(gates, current, accuracy_runs.model_store.get(name), inputs, run["prepared"].ops(),
                                    Ops(), probe_samples(inputs, min(count, accuracy_runs.batch_size(name))))
     evaluations = evaluate(gates, current, metric_sets)
@@ -160,6 +191,8 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, record_check,
     common = {"samples": count, "calibration_s": round(run["calibration_s"], 3), "run_s": round(run["run_s"], 3),
               "tensor_metrics": current.tensor, **probe_details}
     common.update(run["details"])
+    if name in user_cases:
+        common["judged"] = {**user_cases[name].judged(), "fp32_outputs_cached": accuracy_runs.cached.get(name)}
     diagnosis_text = ""
     if failed or settings.diagnose:
         model = accuracy_runs.model_store.get(name)

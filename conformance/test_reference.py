@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from conformance.accuracy import reference
 from conformance.plugin import SETTINGS_KEY
@@ -19,12 +20,15 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("model_name", models)
 
 
-def test_reference(model_name, settings, backend, model_store):
+def test_reference(model_name, settings, backend, model_store, user_cases):
+    if model_name in user_cases:
+        pytest.skip(f"{model_name} is judged on the user's checkpoint or data: its FP32 reference is computed in the "
+                    "run (and cached), not stored")
     model = model_store.get(model_name)
     stored = reference.load(model_name, model=model)
     if "fp32" not in backend.precisions or backend.accuracy_support(model_name, "fp32"):
         return  # without FP32 this test checks the references' integrity only; the accuracy tests use them
-    count = settings.profile_data.samples[model_name]
+    count = settings.sample_count(model_name)
     inputs = reference.evaluation_inputs(model, count)
     ops = backend.prepare(model, "fp32").ops()
     fresh = run_batched(model, inputs, settings.profile_data.batch_size[model_name], ops)

@@ -78,8 +78,10 @@ class MetricSet:
         return None, {}
 
 
-def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> MetricSet:
-    """Task and tensor metrics of ``hardware`` vs ``reference`` outputs; nothing is computed on non-finite outputs."""
+def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict, labels=None) -> MetricSet:
+    """Task and tensor metrics of ``hardware`` vs ``reference`` outputs; nothing is computed on non-finite outputs.
+    ``labels``: a labelled evaluation set (``label_metrics(outputs)``, :mod:`conformance.datasets`) whose task metrics
+    against its labels join the agreement metrics."""
     missing = sorted(set(reference) - set(hardware))
     if missing:
         raise metrics.MetricError(f"{model_name}: hardware outputs lack {missing} (it gave {sorted(hardware)})")
@@ -88,6 +90,8 @@ def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: di
         return MetricSet({}, {}, nonfinite)
     tensor = {name: metrics.tensor_metrics(reference[name], hardware[name], f"{model_name} {name}") for name in reference}
     units = metrics.task_unit_metrics(model_name, reference, hardware, inputs)
+    if labels is not None:
+        units.update(labels.label_metrics(hardware))
     return MetricSet({name: m.value for name, m in units.items()}, tensor, {}, units)
 
 

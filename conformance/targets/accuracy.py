@@ -169,7 +169,7 @@ def parse_targets(text: str, path: Path | str = "<targets>") -> list[Gate]:
                 return f"{path}:{lines[key[:n]]}"
         return str(path)
 
-    cases = {**{m: TASK_METRICS[m] for m in MODEL_NAMES}, **EXTRA_CASES}
+    cases = {**{m: TASK_METRICS[m] + LABEL_METRICS[m] for m in MODEL_NAMES}, **EXTRA_CASES}
     gates: list[Gate] = []
     for hardware, per_model in data.items():
         precisions = _hardware_precisions(hardware)
@@ -237,7 +237,7 @@ def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> li
             raise TargetsError(f"{at}: {metric}.{key} only goes with a ratio threshold")
     kind = "min" if "min" in spec else "max"
     bound = float(spec[kind])
-    if metric in TASK_METRICS.get(model, ()) or metric in EXTRA_CASES.get(model, ()):
+    if metric in TASK_METRICS.get(model, ()) + LABEL_METRICS.get(model, ()) or metric in EXTRA_CASES.get(model, ()):
         if not 0.0 < bound <= 1.0:
             raise TargetsError(f"{at}: {metric}.{kind} = {spec[kind]!r}: a task metric's bound must lie in (0, 1]")
     elif metric in TENSOR_BOUNDS:
@@ -316,6 +316,11 @@ def check_complete(hardware: str, models=MODEL_NAMES, path: Path | None = None) 
     if missing:
         raise TargetsError(f"{path or ACCURACY_FILE}: no accuracy gates for {', '.join(missing)}; every model and precision the "
                            f"{hardware!r} hardware runs needs its table")
+
+
+def applicable(gates, labelled: bool) -> list[Gate]:
+    """The gates that apply to an evaluation set: label-metric gates only where the set has labels."""
+    return [g for g in gates if labelled or g.metric not in LABEL_METRICS.get(g.model, ())]
 
 
 def reference_precisions(gates) -> set[str]:
