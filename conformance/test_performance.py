@@ -7,6 +7,8 @@ smoke and default profiles) is recorded as not of compliant length and does not 
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from conformance.perf.scenario_run import plan_target
@@ -23,7 +25,7 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("performance_target", targets, ids=[t.test_id for t in targets])
 
 
-def test_performance(performance_target, settings, backend, model_store, record_check):
+def test_performance(performance_target, settings, backend, model_store, user_cases, record_check):
     target = performance_target
     plan = plan_target(target, settings.profile, backend, model_store.get(target.model), settings.report_dir,
                        real_time=settings.real_time_loadgen)
@@ -49,6 +51,8 @@ def test_performance(performance_target, settings, backend, model_store, record_
         "profile": settings.profile,
         "completion_lateness_ms": result.details.get("completion_lateness_ms"),
     }
+    if target.model in user_cases and user_cases[target.model].checkpoint is not None:
+        details["judged"] = {"checkpoint": user_cases[target.model].checkpoint}
     if target.scenario == "Server":
         details.update(target_qps=target.target, completed_samples_per_second=result.value,
                        scheduled_samples_per_second=result.details.get("result_scheduled_samples_per_sec"))
@@ -60,8 +64,11 @@ def test_performance(performance_target, settings, backend, model_store, record_
                      check="max_valid_server_qps", value=highest, target=target.target, op=">=", units="samples/s",
                      scenario=target.scenario, gating=False,
                      details={**details, "search": "bisection to 2% between the target QPS and the device's capacity"})
+    checkpoint = settings.checkpoints.get(target.model)
     reproduce = (f"pytest conformance/test_performance.py --hardware {target.hardware} --model {target.model} "
-                 f"--profile {settings.profile} -k '{target.test_id}'")
+                 f"--profile {settings.profile}"
+                 + (f" --checkpoint {target.model}={shlex.quote(str(checkpoint))}" if checkpoint else "")
+                 + f" -k '{target.test_id}'")
     if result.sut_errors:  # a check of its own, so that no known failure of the figure above can waive it
         record_check(kind="performance", model=target.model, precision=target.precision, check="sut_errors",
                      value=len(result.sut_errors), target=0, op="<=", units="errors", scenario=target.scenario,
