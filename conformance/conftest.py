@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.hardware import Backend, get_backend
 from conformance.datasets.user import UserCase
+from conformance.hardware import Backend, get_backend
 from conformance.plugin import SETTINGS_KEY, USER_CASES_KEY
 from conformance.report.checks import RECORD_KEY, CheckRecord, plain
 from conformance.settings import RunSettings

@@ -16,7 +16,6 @@ import pytest
 
 from conformance.accuracy import reference
 from conformance.accuracy.diagnosis import diagnose
-from conformance.datasets.cache import OutputCache
 from conformance.accuracy.evaluation import (
     UNITS,
     compute_metrics,
@@ -25,6 +24,7 @@ from conformance.accuracy.evaluation import (
     probe_samples,
     worst_samples,
 )
+from conformance.datasets.cache import OutputCache
 from conformance.fileio import write_bytes_atomic
 from conformance.hardware import get_backend
 from conformance.plugin import SETTINGS_KEY, progress_line
