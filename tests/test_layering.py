@@ -17,6 +17,7 @@ LAYERS = {
     "conformance": 0,  # plugin, conftest, settings, test modules
     "conformance.cli": 0,
     "conformance.accuracy": 1,
+    "conformance.datasets": 1,
     "conformance.perf": 1,
     "conformance.report": 1,
     "conformance.targets": 1,
