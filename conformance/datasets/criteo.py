@@ -1,0 +1,143 @@
+"""Criteo display-advertising TSV for widedeep: the Kaggle ``train.txt`` layout (also Criteo 1TB's ``day_N``), one
+row per line, 40 tab-separated fields: the click label (0/1), I1..I13 integer counts (empty when missing, some
+negative), C1..C26 categorical values as hex strings (8 hex digits in Criteo's files; empty when missing). A ``.gz``
+file is read through gzip. Kaggle's ``test.txt`` has no label column and cannot be scored.
+
+Mapping into the model's inputs (``models/widedeep.py`` documents ``log(1 + x)`` with missing -> 0 for the numeric
+features and hashed ids in ``[0, bucket_sizes[i])``, but not the hash of the raw values), as DLRM's Criteo
+preprocessing (``data_utils.py``) does:
+
+- numeric: missing -> 0; negative counts clamped to 0 (DLRM's ``X_int[X_int < 0] = 0``); then ``log(1 + x)``
+  (computed in float64, stored as float32);
+- categorical: ``int(hex, 16) % bucket_sizes[i]`` (DLRM's ``max_ind_range`` hashing, with one range per feature);
+  missing -> id 0 (DLRM reads an empty field as ``"0"``), which a value that hashes to 0 shares.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from conformance.accuracy.metrics import TaskMetric, click_probability, mean_metric, roc_auc
+from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+
+NUM_INTEGER = 13
+NUM_CATEGORICAL = 26
+FIELDS = 1 + NUM_INTEGER + NUM_CATEGORICAL
+MISSING_CATEGORY_ID = 0
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+_DIGITS = b"0123456789"
+_CHUNK = 1 << 16  # rows parsed into one block of arrays
+
+
+def _open(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def _show(field: bytes) -> str:
+    return repr(field.decode("ascii", errors="backslashreplace"))
+
+
+def parse_rows(path: Path, bucket_sizes, limit: int | None = None):
+    """(labels int8 (N,), numeric_features float32 (N, 13), categorical_ids int64 (N, 26)) of the first ``limit``
+    rows of a Criteo TSV; a malformed line is a DatasetError naming ``path:line`` and the field."""
+    buckets = [int(b) for b in bucket_sizes]
+    labels, numeric, ids = [], [], []
+    block_labels = np.empty(_CHUNK, np.int8)
+    block_counts = np.empty((_CHUNK, NUM_INTEGER), np.float64)
+    block_ids = np.empty((_CHUNK, NUM_CATEGORICAL), np.int64)
+    filled = 0
+
+    def flush():
+        labels.append(block_labels[:filled].copy())
+        numeric.append(np.log1p(block_counts[:filled]).astype(np.float32))
+        ids.append(block_ids[:filled].copy())
+
+    rows = 0
+    try:
+        with _open(path) as f:
+            for number, line in enumerate(f, 1):
+                if limit is not None and rows >= limit:
+                    break
+                fields = line.rstrip(b"\r\n").split(b"\t")
+                if len(fields) != FIELDS:
+                    hint = " (no label column, as Kaggle's test.txt: only labelled data can be scored)" \
+                        if len(fields) == FIELDS - 1 else ""
+                    raise DatasetError(f"{path}:{number}: {len(fields)} tab-separated field(s), expected {FIELDS} "
+                                       f"(label, I1..I13, C1..C26){hint}")
+                label = fields[0]
+                if label not in (b"0", b"1"):
+                    raise DatasetError(f"{path}:{number}: label {_show(label)} is not 0 or 1")
+                block_labels[filled] = label == b"1"
+                for i in range(NUM_INTEGER):
+                    value = fields[1 + i]
+                    if not value:
+                        block_counts[filled, i] = 0.0
+                        continue
+                    digits = value[1:] if value[:1] == b"-" else value
+                    if not digits or digits.translate(None, _DIGITS):
+                        raise DatasetError(f"{path}:{number}: I{i + 1} {_show(value)} is not an integer "
+                                           "(expected digits, optionally negative, or empty)")
+                    block_counts[filled, i] = max(int(value), 0)
+                for i in range(NUM_CATEGORICAL):
+                    value = fields[1 + NUM_INTEGER + i]
+                    if not value:
+                        block_ids[filled, i] = MISSING_CATEGORY_ID
+                        continue
+                    if value.translate(None, _HEX_DIGITS):
+                        raise DatasetError(f"{path}:{number}: C{i + 1} {_show(value)} is not hex "
+                                           "(expected hex digits, e.g. '68fd1e64', or empty)")
+                    block_ids[filled, i] = int(value, 16) % buckets[i]
+                filled += 1
+                rows += 1
+                if filled == _CHUNK:
+                    flush()
+                    filled = 0
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise DatasetError(f"{path}: cannot be read ({exc})") from None
+    if rows == 0:
+        raise DatasetError(f"{path}: no rows; expected tab-separated lines of label, I1..I13, C1..C26")
+    if filled:
+        flush()
+    return np.concatenate(labels), np.concatenate(numeric), np.concatenate(ids)
+
+
+def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSet:
+    """The rows of a Criteo TSV as widedeep's ``numeric_features`` and ``categorical_ids``, with click accuracy and
+    ROC AUC against the labels. ``checkpoint`` is not used (the model's config carries the bucket sizes)."""
+    path = Path(path)
+    if path.is_dir():
+        raise DatasetError(f"{path}: a directory; expected a Criteo TSV file (e.g. train.txt)")
+    config = model.config
+    if config.num_numeric != NUM_INTEGER or config.num_categorical != NUM_CATEGORICAL:
+        raise DatasetError(f"{path}: Criteo rows have {NUM_INTEGER} integer and {NUM_CATEGORICAL} categorical "
+                           f"features; the model takes {config.num_numeric} and {config.num_categorical}")
+    labels, numeric, ids = parse_rows(path, config.bucket_sizes, limit)
+    rows = len(labels)
+
+    def scorer(outputs: dict[str, np.ndarray]):
+        p = click_probability(outputs["probabilities"])
+        return {"click_accuracy": mean_metric((p >= 0.5) == (labels != 0)),
+                "click_auc": TaskMetric(rows, lambda idx: roc_auc(p[idx], labels[idx]))}
+
+    clicks = int(labels.sum())
+    provenance = {
+        "format": "criteo-tsv",
+        "path": str(path),
+        "sha256": sha256_files([path]),
+        "units": rows,
+        "rows": rows,
+        "labels": f"clicks {100.0 * clicks / rows:.1f}% of {rows} rows",
+        "preprocessing": {
+            "numeric": "log(1 + max(x, 0)), missing -> 0 (DLRM's Criteo preprocessing)",
+            "categorical": f"int(hex, 16) % bucket_sizes[i], missing -> {MISSING_CATEGORY_ID}",
+            "bucket_sizes": list(config.bucket_sizes),
+        },
+    }
+    return EvaluationSet(model=model.name, inputs={"categorical_ids": ids, "numeric_features": numeric}, units=rows,
+                         provenance=provenance, scorer=scorer)
+
+
+__all__ = ["load", "parse_rows"]
