@@ -330,6 +330,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "JSON lines, a conformer .npz) with task metrics against its labels; repeatable, one per model",
     )
     group.addoption(
+        "--calibration",
+        action="append",
+        type=_model_path,
+        default=[],
+        metavar="MODEL=PATH",
+        help="calibrate the FP8 input scales on this data (the --dataset formats; keep it disjoint from the evaluation "
+        "data, e.g. MLPerf's calibration lists) instead of the model's synthetic calibration samples; repeatable",
+    )
+    group.addoption(
         "--samples",
         action="append",
         type=_sample_cap,
@@ -392,15 +401,16 @@ def _configure(config: pytest.Config) -> None:
         checkpoints=_per_model(config, "--checkpoint", "checkpoint"),
         datasets=_per_model(config, "--dataset", "dataset"),
         samples=_per_model(config, "--samples", "samples"),
+        calibrations=_per_model(config, "--calibration", "calibration"),
     )
-    if settings.checkpoints or settings.datasets:
+    if settings.checkpoints or settings.datasets or settings.calibrations:
         settings = replace(settings, cache_dir=selected_cache_dir(config))
     check_data_files()
     accuracy_targets.check_complete(settings.hardware, settings.models)
     check_targets_runnable(settings)
     try:  # the user's checkpoints and data are read and checked before any test runs
         config.stash[USER_CASES_KEY] = load_cases(settings.models, settings.checkpoints, settings.datasets,
-                                                  settings.samples)
+                                                  settings.samples, settings.calibrations)
     except UserInputError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.add_cleanup(terminate_as_interrupt())  # SIGTERM stops the run as Ctrl-C does: exit 2, the report written

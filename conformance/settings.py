@@ -25,6 +25,7 @@ class RunSettings:
     checkpoints: dict[str, Path] = field(default_factory=dict)  # --checkpoint MODEL=DIR
     datasets: dict[str, Path] = field(default_factory=dict)  # --dataset MODEL=PATH
     samples: dict[str, int] = field(default_factory=dict)  # --samples N ("*") or MODEL=N
+    calibrations: dict[str, Path] = field(default_factory=dict)  # --calibration MODEL=PATH
     cache_dir: Path | None = None  # --cache-dir (None: the platform's cache directory)
 
     def sample_count(self, model: str) -> int:

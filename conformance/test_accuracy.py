@@ -123,7 +123,9 @@ class AccuracyRuns:
             model = self.model_store.get(name)
             inputs, _ = self.reference(name)
             start = time.perf_counter()
-            prepared = self.backend.prepare(model, precision, batch_size=self.batch_size(name))
+            case = self.user_cases.get(name)
+            prepared = self.backend.prepare(model, precision, case.calibration_inputs() if case else None,
+                                            batch_size=self.batch_size(name))
             calibrated = time.perf_counter()
             ops = prepared.ops()
             with np.errstate(all="ignore"):
@@ -154,7 +156,8 @@ def _write_artifacts(settings, name: str, precision: str, ref: dict, hw: dict) -
 
 def _reproduce(settings, name: str, precision: str) -> str:
     user = "".join(f" {option} {name}={shlex.quote(str(given[name]))}"
-                   for option, given in (("--checkpoint", settings.checkpoints), ("--dataset", settings.datasets))
+                   for option, given in (("--checkpoint", settings.checkpoints), ("--dataset", settings.datasets),
+                                         ("--calibration", settings.calibrations))
                    if name in given)
     samples = settings.samples.get(name, settings.samples.get("*"))
     if samples is not None:

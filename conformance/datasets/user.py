@@ -112,6 +112,7 @@ class UserCase:
     checkpoint: dict[str, Any] | None  # provenance of --checkpoint, None for seeded weights
     evaluation: EvaluationSet | None
     limit: int | None  # --samples for this model
+    calibration: EvaluationSet | None = None  # --calibration: the FP8 scales' calibration data (None: synthetic)
     synthetic: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -132,7 +133,13 @@ class UserCase:
         else:
             out["dataset"] = {"format": "synthetic", "seed": EVAL_SEED, **self.synthetic}
         out["task_metrics_against"] = "labels and fp32" if self.labelled else "fp32"
+        out["fp8_calibration"] = (self.calibration.provenance if self.calibration is not None
+                                  else "synthetic samples of the model (--calibration MODEL=PATH gives real ones)")
         return out
+
+    def calibration_inputs(self) -> dict[str, np.ndarray] | None:
+        """Inputs the FP8 input scales are calibrated on: the ``--calibration`` data, or None (the backend's own)."""
+        return None if self.calibration is None else self.calibration.inputs
 
     def reference(self, inputs: dict[str, np.ndarray], batch_size: int, cache: OutputCache) -> tuple[dict, bool]:
         """FP32 outputs of ``inputs`` (from the cache when the same checkpoint, data and code made them before)."""
@@ -143,17 +150,20 @@ class UserCase:
         return cache.get_or_compute(self.name, key, lambda: run_batched(self.model, inputs, batch_size))
 
 
-def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path],
-               samples: dict[str, int]) -> dict[str, UserCase]:
-    """The user's cases (models named by ``--checkpoint`` or ``--dataset``), each loaded and checked: a UserInputError names the option, the model and what is wrong."""
-    for option, given in (("--checkpoint", checkpoints), ("--dataset", datasets), ("--samples", samples)):
+def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path], samples: dict[str, int],
+               calibrations: dict[str, Path] | None = None) -> dict[str, UserCase]:
+    """The user's cases (models named by ``--checkpoint``, ``--dataset`` or ``--calibration``), each loaded and
+    checked: a UserInputError names the option, the model and what is wrong."""
+    calibrations = calibrations or {}
+    for option, given in (("--checkpoint", checkpoints), ("--dataset", datasets), ("--samples", samples),
+                          ("--calibration", calibrations)):
         for name in given:
             if name != "*" and name not in models:
                 raise UserInputError(f"{option} {name}=...: model {name!r} is not selected (--model "
                                      f"{','.join(models)}); select it or drop the option")
     cases = {}
     for name in models:
-        if name not in checkpoints and name not in datasets:
+        if name not in checkpoints and name not in datasets and name not in calibrations:
             continue
         limit = samples.get(name, samples.get("*"))
         provenance = None
@@ -172,5 +182,13 @@ def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path],
                 raise UserInputError(f"--dataset {name}={datasets[name]}: {exc}") from None
             if evaluation.units == 0:
                 raise UserInputError(f"--dataset {name}={datasets[name]}: holds no evaluation samples")
-        cases[name] = UserCase(name, model, provenance, evaluation, limit)
+        calibration = None
+        if name in calibrations:
+            try:
+                calibration = load_dataset(name, calibrations[name], model, checkpoint=checkpoints.get(name))
+            except DatasetError as exc:
+                raise UserInputError(f"--calibration {name}={calibrations[name]}: {exc}") from None
+            if calibration.units == 0:
+                raise UserInputError(f"--calibration {name}={calibrations[name]}: holds no samples")
+        cases[name] = UserCase(name, model, provenance, evaluation, limit, calibration)
     return cases
