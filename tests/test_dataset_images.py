@@ -132,7 +132,7 @@ def test_preprocessor_config_matches_convnext_processor(folder, resnet_checkpoin
     assert x.dtype == np.float32 and x.shape == (len(IMAGES), 3, 224, 224)
     np.testing.assert_allclose(x, expected, rtol=0, atol=1e-6)
     settings = data.provenance["preprocessing"]
-    assert settings["source"].endswith("preprocessor_config.json")
+    assert settings["source"] == "the checkpoint's preprocessor_config.json"
     assert settings["resize"] == {"shortest_edge": 256} and settings["center_crop"] == [224, 224]
     assert settings["resample"] == "bicubic" and settings["image_mean"] == IMAGENET_MEAN
 
@@ -153,15 +153,20 @@ def test_mlperf_default_matches_bilinear_256_crop_224(folder, model, checkpoint)
     np.testing.assert_allclose(data.inputs["pixel_values"][0], by_hand, rtol=0, atol=1e-5)
 
 
-def test_vit_processor_config(folder, model, checkpoint, tmp_path):
-    vit = {"image_processor_type": "ViTImageProcessor", "size": {"height": 224, "width": 224}, "resample": 2,
-           "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "do_rescale": True, "do_normalize": True}
+VIT = {"image_processor_type": "ViTImageProcessor", "size": {"height": 224, "width": 224}, "resample": 2,
+       "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "do_rescale": True, "do_normalize": True}
+
+
+@pytest.mark.parametrize("vit", [VIT, {**VIT, "do_resize": False, "do_center_crop": True, "crop_size": 224,
+                                       "image_mean": IMAGENET_MEAN, "image_std": IMAGENET_STD}],
+                         ids=["warp-224", "crop-only-with-zero-padding"])
+def test_vit_processor_config(folder, model, checkpoint, tmp_path, vit):
     ckpt = with_preprocessor(checkpoint[0], tmp_path / "vit", vit)
-    data = load_dataset("resnet50", folder, model, checkpoint=ckpt, limit=3)
-    expected = ViTImageProcessorPil.from_pretrained(ckpt)(images=rgb_images(folder, names()[:3]),
+    data = load_dataset("resnet50", folder, model, checkpoint=ckpt)
+    expected = ViTImageProcessorPil.from_pretrained(ckpt)(images=rgb_images(folder, names()),
                                                           return_tensors="np")["pixel_values"]
     np.testing.assert_allclose(data.inputs["pixel_values"], expected, rtol=0, atol=1e-6)
-    assert data.provenance["preprocessing"]["center_crop"] is None
+    assert json.loads(json.dumps(data.provenance)) == data.provenance  # plain JSON: part of a cache key
 
 
 def test_accuracy_matches_transformers(folder, resnet_checkpoint, checkpoint, model, tmp_path):

@@ -217,8 +217,9 @@ def processor_preprocessing(path: Path) -> ImagePreprocessing:
     if settings.get("do_normalize", True):
         mean = _triple(settings["image_mean"], "image_mean", where)
         std = _triple(settings["image_std"], "image_std", where)
-    return ImagePreprocessing(source=where, resize=resize, resample=int(resample), crop=crop,
-                              rescale_factor=rescale_factor, image_mean=mean, image_std=std, processor_type=declared)
+    return ImagePreprocessing(source=f"the checkpoint's {PREPROCESSOR_CONFIG}", resize=resize, resample=int(resample),
+                              crop=crop, rescale_factor=rescale_factor, image_mean=mean, image_std=std,
+                              processor_type=declared)
 
 
 def output_size(preprocessing: ImagePreprocessing) -> tuple[int, int] | None:
@@ -288,13 +289,13 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
 
     preprocessor = Path(checkpoint) / PREPROCESSOR_CONFIG if checkpoint is not None else None
     if preprocessor is not None and preprocessor.is_file():
-        preprocessing = processor_preprocessing(preprocessor)
+        preprocessing, settings_from = processor_preprocessing(preprocessor), str(preprocessor)
     else:
-        preprocessing = mlperf_preprocessing(config.image_size)
+        preprocessing, settings_from = mlperf_preprocessing(config.image_size), "MLPerf's preprocessing"
     expected = (config.image_size, config.image_size)
     size = output_size(preprocessing)
     if size is not None and size != expected:
-        raise DatasetError(f"{preprocessing.source}: gives {size[0]}x{size[1]} images; the model takes "
+        raise DatasetError(f"{settings_from}: gives {size[0]}x{size[1]} images; the model takes "
                            f"{expected[0]}x{expected[1]} (its image_size)")
 
     entries = read_val_map(val_map, limit)
