@@ -268,7 +268,8 @@ def test_no_val_map(tmp_path, model):
                                                                        "{'shortest_edge': N}"]),
     ({**RESNET50_PREPROCESSOR, "resample": 9}, ["resample 9", "3 (bicubic)"]),
     ({**RESNET50_PREPROCESSOR, "image_std": [0.2, 0.2]}, ["image_std", "3 numbers"]),
-], ids=["clip", "no-type", "do-pad", "size-384", "convnext-height-width", "resample", "std-length"])
+    ({**VIT, "crop_pct": 0.875}, ["['crop_pct'] are not supported for ViTImageProcessor"]),
+], ids=["clip", "no-type", "do-pad", "size-384", "convnext-height-width", "resample", "std-length", "vit-crop-pct"])
 def test_unsupported_preprocessor_config(folder, checkpoint, model, tmp_path, config, words):
     ckpt = with_preprocessor(checkpoint[0], tmp_path / "ckpt", config)
     with pytest.raises(DatasetError) as err:

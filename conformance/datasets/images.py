@@ -172,7 +172,8 @@ def processor_preprocessing(path: Path) -> ImagePreprocessing:
                            "(and their FeatureExtractor, Fast and Pil names)")
     unknown = sorted(k for k in config if k not in _SETTING_KEYS | _DESCRIPTIVE_KEYS and not k.startswith("_")
                      and not (k == "do_pad" and config[k] is False)
-                     and not (k == "data_format" and config[k] == "channels_first"))
+                     and not (k == "data_format" and config[k] == "channels_first")
+                     or (k == "crop_pct" and family != "ConvNext"))
     if unknown:
         raise DatasetError(f"{where}: setting(s) {unknown} are not supported for {declared}; supported: "
                            f"{', '.join(sorted(_SETTING_KEYS))}")
