@@ -135,3 +135,24 @@ def failure_message(regressions: list[Regression], baseline_path) -> str:
     and the allowed change."""
     return (f"regression against the baseline {baseline_path}: "
             + "; ".join(r.message for r in regressions))
+
+
+def case_id(test_id: str, record_id: str = "") -> str:
+    """The node id of the failed case that stands for the regressions of ``test_id``: ``<module>::regression of
+    <test>`` (next to the test in pytest's summary and in the same JUnit class), or ``regression of <record id>`` for a
+    record that names no test."""
+    if not test_id:
+        return f"regression of {record_id}"
+    module, sep, name = test_id.rpartition("::")
+    return f"{module}{sep}regression of {name}"
+
+
+def unnamed(regressions: list[dict], named: set[str]) -> dict[str, list[Regression]]:
+    """The run's regressions (results.json's dicts) that no failed test named (``named``: the record ids the tests'
+    own failures name), per test id in the run's order: those of expected failures, of tests that failed for another
+    reason, and of records the test's own comparison could not see."""
+    found: dict[str, list[Regression]] = {}
+    for r in regressions:
+        if r["id"] not in named:
+            found.setdefault(r.get("test_id", ""), []).append(Regression(**r))
+    return found

@@ -7,7 +7,11 @@ reports, lists the run's regressions against the baseline and writes the report.
 
 With ``--baseline``, every process that runs tests (a serial run, each xdist worker) also compares each test's records
 with the baseline as the test's report is made, and turns a passed test whose figures regressed into a failed one: the
-failure then travels like any other to the controller, the terminal summary and ``--junitxml``.
+failure then travels like any other to the controller, the terminal summary and ``--junitxml``; the report carries
+the ids of the records it names. At the end of the run, every other failure the run as a whole finds is a failed test
+case of its own, in pytest's summary and in ``--junitxml`` as well as in the exit status: the regressions no test's
+failure names (those of expected failures, of tests that failed for another reason, of records made after the test's
+call) as ``<module>::regression of <test>``, and a report that could not be written as ``conformance report``.
 
 With ``--report-dir``, the controller (or a serial run) locks the report directory and stages the run's report in a
 directory of its own (:mod:`conformance.report.reportdir`); the tests write their artifacts and LoadGen logs there
@@ -28,6 +32,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from _pytest.reports import TestReport
 
 from conformance.fileio import write_text_atomic
 from conformance.hardware import get_backend
@@ -45,6 +50,9 @@ STALE_KEY = "conformance_stale_xfails"
 KNOWN_FAILURE = pytest.StashKey()  # the xfail entry of a test, judged on its records
 STAGING_KEY = "conformance_report_staging"  # workerinput: the staging directory the workers' tests write into
 SUITE_DIR = Path(__file__).resolve().parent.parent
+NAMED_REGRESSIONS = "conformance_regressions"  # report attribute: the record ids a test's regression failure names
+RUN_FAILURE = "conformance_run_failure"  # report attribute: a failed case standing for a failure of the whole run
+REPORT_CASE = "conformance report"  # the failed case of a report that could not be written
 
 
 class StaleXfailWarning(pytest.PytestWarning):
@@ -91,6 +99,8 @@ class ReportSession:
         self.directory: ReportDirectory | None = None  # the locked report directory (controller or serial run)
         self.staging: Path | None = None
         self.write_error: str | None = None
+        self.named_regressions: set[str] = set()  # record ids that the failures of the tests themselves name
+        self._reporting_case = False  # a run-level failed case is being reported (see pytest_report_teststatus)
         try:
             self.xfail_entries = xfails.load(self.xfail_path)
         except ValueError as exc:
@@ -213,6 +223,7 @@ class ReportSession:
         if found:
             report.outcome = "failed"
             report.longrepr = baseline_mod.failure_message(found, self.baseline_path)
+            setattr(report, NAMED_REGRESSIONS, [r.id for r in found])  # plain JSON: travels from xdist workers
 
     def _judge_known_failure(self, item, call, report, entry) -> None:
         """A test with a known-failure entry: XFAIL when exactly its named gates failed, FAIL for any other failure
@@ -238,6 +249,9 @@ class ReportSession:
                 report.wasxfail = label
 
     def pytest_runtest_logreport(self, report) -> None:
+        if getattr(report, RUN_FAILURE, False):
+            return  # a failure of the run shown as a test case: not a test of the report
+        self.named_regressions.update(getattr(report, NAMED_REGRESSIONS, None) or ())
         self.collector.add(report)
         if report.when == "teardown" and not self.is_worker:
             self._progress(report.nodeid)
@@ -252,6 +266,38 @@ class ReportSession:
             reporter.write(f"\n[conformance] {line}")
             reporter.currentfspath = None
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report, config):
+        """A run-level failed case counts as failed; while it is being reported nothing is written after the progress
+        (it comes after the last test), and the summary then says FAILED as for any test."""
+        if self._reporting_case and getattr(report, RUN_FAILURE, False) and report.when == "call":
+            return "failed", "", ""
+        return None
+
+    def _fail_case(self, node_id: str, message: str) -> None:
+        """Report ``node_id`` as a failed test case with ``message``: setup, call (failed) and teardown, as pytest
+        reports a test, so that the terminal summary, ``--junitxml`` and other plugins count it like any failure."""
+        path, sep, name = node_id.rpartition("::")
+        location = (path if sep else "", None, name)
+        self._reporting_case = True
+        try:
+            for when, outcome, longrepr in (("setup", "passed", None), ("call", "failed", message),
+                                            ("teardown", "passed", None)):
+                report = TestReport(node_id, location, {}, outcome, longrepr, when, **{RUN_FAILURE: True})
+                self.config.hook.pytest_runtest_logreport(report=report)
+        finally:
+            self._reporting_case = False
+
+    def _fail_unnamed_regressions(self, regressions: list[dict], tests: list[dict]) -> None:
+        """One failed case per test whose regressions no failure of the test itself names."""
+        outcomes = {t["id"]: t["outcome"] for t in tests}
+        for test_id, found in baseline_mod.unnamed(regressions, self.named_regressions).items():
+            message = baseline_mod.failure_message(found, self.baseline_path)
+            if test_id in outcomes:
+                message += f" (the test itself: {outcomes[test_id]})"
+            self._fail_case(baseline_mod.case_id(test_id, found[0].id), message)
+
+    @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file: the run's failures are test cases in it
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         if self.is_worker:
             return
@@ -262,6 +308,7 @@ class ReportSession:
                                                                      self.settings.hardware)]
             if regressions and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self._fail_unnamed_regressions(regressions, tests)
         report_dir = self.report_dir
         interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
         if not tests and not (interrupted and self.collector.started()):
@@ -299,6 +346,7 @@ class ReportSession:
             self.write_error = f"the report could not be written to {report_dir}/: {_describe_error(exc)}"
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             sys.stderr.write(f"ERROR: conformance: {self.write_error}; the previous report there is unchanged\n")
+            self._fail_case(REPORT_CASE, self.write_error)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.results is None:
