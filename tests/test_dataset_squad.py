@@ -443,6 +443,28 @@ def test_no_tokenizer(bert, tmp_path, world):
         squad.load(path, model, checkpoint=bare)
 
 
+@pytest.mark.parametrize("config, pad", [
+    ({"pad_token": "[UNK]"}, "[UNK]"),
+    ({"pad_token": {"content": "[SEP]", "lstrip": False}}, "[SEP]"),
+    ({}, "[PAD]"),
+])
+def test_special_tokens_from_tokenizer_config(world, tmp_path, config, pad):
+    shutil.copy(world["tokenizer"], tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    tokenizer = load_tokenizer(tmp_path, "t")
+    vocab = tokenizers.Tokenizer.from_file(str(world["tokenizer"])).get_vocab()
+    assert (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id) == (vocab["[CLS]"], vocab["[SEP]"], vocab[pad])
+    windows = squad.make_windows(_questions(world["paragraphs"][:1]), tokenizer, SEQ_LEN)
+    assert (windows.inputs["input_ids"][windows.inputs["attention_mask"] == 0] == vocab[pad]).all()
+
+
+def test_special_token_missing_from_the_vocabulary(world, tmp_path):
+    shutil.copy(world["tokenizer"], tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"cls_token": "<s>"}))
+    with pytest.raises(DatasetError, match=r"tokenizer\.json' has no cls_token '<s>' \(named in tokenizer_config"):
+        load_tokenizer(tmp_path, "t")
+
+
 def test_token_ids_beyond_the_vocabulary(world, tmp_path):
     small = transformers.BertForQuestionAnswering(transformers.BertConfig(vocab_size=30, **TINY))
     small.save_pretrained(tmp_path / "small")

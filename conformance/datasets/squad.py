@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from conformance.accuracy.metrics import MAX_ANSWER_TOKENS, MetricError, mean_metric
+from conformance.accuracy.metrics import MAX_ANSWER_TOKENS, MetricError, mean_metric, squad_f1
 from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
 from conformance.datasets.tokenizer import TextTokenizer, load_tokenizer
 
@@ -226,16 +225,7 @@ def exact_match(prediction: str, truths) -> float:
 
 
 def f1_score(prediction: str, truths) -> float:
-    return max(_f1(normalize_answer(prediction).split(), normalize_answer(truth).split()) for truth in truths)
-
-
-def _f1(prediction_tokens: list[str], truth_tokens: list[str]) -> float:
-    common = Counter(prediction_tokens) & Counter(truth_tokens)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(prediction_tokens), same / len(truth_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return max(squad_f1(normalize_answer(prediction).split(), normalize_answer(truth).split()) for truth in truths)
 
 
 # -- the evaluation set -----------------------------------------------------------------------------------------------
