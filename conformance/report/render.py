@@ -534,6 +534,7 @@ def compliance_md(results: dict) -> str:
     plots = results["plots"]
     out += ["## Plots", ""]
     if plots["status"] == "written":
+        out += [f"Notes: {plots['reason']}.", ""] if plots["reason"] else []
         for key in sorted(plots["files"]):
             out += [f"### {key}", ""] + [f"![{key} {p.rsplit('/', 1)[-1]}]({p})" for p in plots["files"][key]] + [""]
     else:
@@ -701,6 +702,8 @@ def results_html(results: dict) -> str:
     plots = results["plots"]
     body.append("<h2>Plots</h2>")
     if plots["status"] == "written":
+        if plots["reason"]:
+            body.append(f"<p>Notes: {esc(plots['reason'])}.</p>")
         for key in sorted(plots["files"]):
             images = "".join(f'<a href="{esc(p)}"><img src="{esc(p)}" alt="{esc(key)} {esc(p.rsplit("/", 1)[-1])}" '
                              f'loading="lazy"></a>' for p in plots["files"][key])
