@@ -195,3 +195,35 @@ def binary_round(a, b, out, op, outer, mid, inner, b_full, inplace, low, high, o
             base = (o * mid + k) * inner
             _scalar(op, a[base:base + inner], b[k], out[base:base + inner], low, high, offset, sign_keep, limit_bits,
                     over_sign, over_base, inf_nan, nan_canonical)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def accumulate_f16(acc, block_sum, low, high, offset, limit_bits, saturate):
+    """``acc = round_f16(acc + block_sum)`` for FP16 partials (:func:`_round` with no zero sign kept, Inf and NaN as
+    they come): exponent clamped to [low, high], then, when ``saturate``, finite magnitudes beyond ``limit_bits``
+    become +-max. Without ``saturate`` (no partial can reach the max) the loop is the three float operations alone."""
+    n = acc.size
+    if saturate:
+        for i in range(n):
+            v = acc[i] + block_sum[i]
+            c = _float(min(max(_bits(v) & _EXPONENT, low), high) + offset)
+            y = (v + c) - c
+            yb = _bits(y)
+            magnitude = np.int32(yb & _MAGNITUDE)  # below 2**31: a signed compare, which vectorizes better
+            over = (magnitude > np.int32(limit_bits)) & (magnitude < np.int32(_EXPONENT))
+            acc[i] = _float((yb & _SIGN) | limit_bits) if over else y
+    else:
+        for i in range(n):
+            v = acc[i] + block_sum[i]
+            c = _float(max(_bits(v) & _EXPONENT, low) + offset)
+            acc[i] = (v + c) - c
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def max_magnitude(x):
+    """The largest |x[i]| of a flat float32 array as a float32 (NaN when x holds a NaN; 0 for an empty array): an
+    integer maximum over the magnitude bits, one pass, no temporary."""
+    top = np.uint32(0)
+    for i in range(x.size):
+        top = max(top, _bits(x[i]) & _MAGNITUDE)
+    return _float(top)

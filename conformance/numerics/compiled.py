@@ -106,3 +106,20 @@ def binary_round_span(kernels, op: str, a: np.ndarray, b: np.ndarray, out: np.nd
     inplace = out.__array_interface__["data"][0] == a.__array_interface__["data"][0]
     kernels.binary_round(a, b, out, np.int64(OPS[op]), np.int64(outer), np.int64(mid), np.int64(inner), bool(b_full),
                          inplace, *_params(rounding))
+
+
+def accumulator(kernels, rounding):
+    """``fn(acc, block_sum)``: ``acc = round(acc + block_sum)`` in place on flat float32 arrays, for the FP16 partials
+    of a half-partials matmul (``rounding``: f16, no zero sign kept, overflow "sat" or "unbounded"), in this thread."""
+    if rounding.info.name != "f16" or rounding.signed_zero or rounding.overflow not in ("sat", "unbounded"):
+        raise ValueError(f"the partials accumulator takes f16 roundings without signed zero that saturate or are "
+                         f"unbounded, got {rounding}")
+    low, high, offset, _sign_keep, limit_bits = _params(rounding)[:5]
+    args = (low, high, offset, limit_bits, rounding.overflow == "sat")
+    accumulate = kernels.accumulate_f16
+    return lambda acc, block_sum: accumulate(acc, block_sum, *args)
+
+
+def max_magnitude(kernels, x: np.ndarray) -> float:
+    """``max(|x|)`` of a C-contiguous float32 array in one compiled pass (NaN when x holds a NaN, 0 when empty)."""
+    return float(kernels.max_magnitude(x.reshape(-1)))

@@ -81,16 +81,28 @@ def _settings(partials, operand_format, block, rounding, rng, out_format, overfl
     return partials, int(block), out_format
 
 
-def _saturation_possible(a: np.ndarray, b: np.ndarray) -> bool:
+def _max_magnitude(x: np.ndarray, fused) -> float:
+    """max|x| (NaN when x holds one, 0 when empty): one compiled pass for contiguous float32 arrays on the compiled
+    path, numpy's abs and max otherwise."""
+    if fused is not None and x.dtype == np.float32 and x.flags.c_contiguous:
+        return compiled.max_magnitude(fused, x)
+    with np.errstate(invalid="ignore"):
+        return float(np.max(np.abs(x), initial=0.0))
+
+
+def _saturation_possible(a: np.ndarray, b: np.ndarray, fused=None) -> bool:
     """Whether a partial sum can exceed the FP16 max: |sum| <= K * max|a| * max|b| bounds every partial."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        bound = float(np.max(np.abs(a), initial=0.0)) * float(np.max(np.abs(b), initial=0.0)) * a.shape[-1]
+    bound = _max_magnitude(a, fused) * _max_magnitude(b, fused) * a.shape[-1]  # Python floats: Inf, never a warning
     return not bound < _F16_MAX
 
 
 @functools.lru_cache(maxsize=1)
 def _blas_threads() -> ThreadpoolController:
     return ThreadpoolController()
+
+
+def _binary_round_add(fused, rounding, acc: np.ndarray, block_sum: np.ndarray) -> None:
+    compiled.binary_round_span(fused, "add", acc, block_sum, acc, 1, 1, acc.size, True, rounding)
 
 
 def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, overflow: str) -> np.ndarray:
@@ -108,9 +120,12 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     out = np.zeros((nbatch, m, n), np.float32)
     if out.size == 0 or k == 0:
         return out
-    mode = overflow if (overflow == "nan" or _saturation_possible(a, b)) else "unbounded"
-    nearest = nearest_rounding("f16", 0, mode, signed_zero=False)
     fused = compiled.jit() if rounding == "nearest" else None
+    mode = overflow if (overflow == "nan" or _saturation_possible(a, b, fused)) else "unbounded"
+    nearest = nearest_rounding("f16", 0, mode, signed_zero=False)
+    # acc = round(acc + block_sum) in one compiled pass; its own loop unless overflow gives NaN
+    accumulate = (compiled.accumulator(fused, nearest) if mode != "nan" else
+                  functools.partial(_binary_round_add, fused, nearest)) if fused is not None else None
 
     def round_partials(acc: np.ndarray) -> None:
         if rounding == "stochastic":
@@ -138,9 +153,8 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
             acc_flat, sum_flat = acc.reshape(-1), block_sum.reshape(-1)
             for k0 in range(0, k, block):
                 np.matmul(a_tile[..., k0:k0 + block], b_tile[..., k0:k0 + block, :], out=block_sum)
-                if fused is not None:  # acc = round(acc + block_sum) in one compiled pass
-                    compiled.binary_round_span(fused, "add", acc_flat, sum_flat, acc_flat, 1, 1, acc.size, True,
-                                               nearest)
+                if accumulate is not None:
+                    accumulate(acc_flat, sum_flat)
                     continue
                 np.add(acc, block_sum, out=acc)
                 round_partials(acc)
