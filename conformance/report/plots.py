@@ -438,6 +438,10 @@ def write_plots(report_dir, records: list[dict]) -> dict:
     for key, record in sorted(throughputs.items()):
         chip = record["details"]["timing_model"]["chip"]
         hardware = (record.get("details") or {}).get("hardware")
+        if ((record.get("details") or {}).get("judged") or {}).get("checkpoint"):
+            notes.append(f"{key}: no throughput curve (the timing model's curve is of the seeded model's sizes, not "
+                         "of the user's checkpoint)")
+            continue
         try:
             curve = throughput_curve(record["model"], record["precision"], chip, hardware)
         except (KeyError, ValueError) as exc:
