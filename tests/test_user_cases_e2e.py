@@ -143,6 +143,9 @@ def test_a_users_checkpoint_and_data_are_judged_against_labels(name, tmp_path, p
     _, provenance = load_checkpoint(name, ckpt)
     assert judged["checkpoint"]["sha256"] == provenance["sha256"]
     assert judged["dataset"]["path"] == str(data) and judged["dataset"]["sha256"]
+    for page in ("compliance.md", "results.html"):
+        text = (report / page).read_text()
+        assert "What was judged" in text and provenance["sha256"][:12] in text and judged["dataset"]["sha256"][:12] in text
     metric = LABEL_METRICS[name]
     checks = {r["check"] for r in records}
     if metric is None:

@@ -4,6 +4,7 @@ coverage and whether the task figures are against labels or against FP32."""
 
 from __future__ import annotations
 
+PREPROCESSING_CHARS = 120
 HEADERS = ("Model", "Checkpoint", "Evaluation data", "Task metrics against", "FP8 calibration")
 
 
@@ -42,6 +43,8 @@ def _data(info) -> str:
         return f"synthetic samples (seed {info.get('seed')})"
     preprocessing = info.get("preprocessing") or {}
     settings = ", ".join(f"{k} {v}" for k, v in preprocessing.items() if not isinstance(v, (dict, list)))
+    if len(settings) > PREPROCESSING_CHARS:  # the whole of it is in results.json
+        settings = settings[:PREPROCESSING_CHARS - 3].rstrip(", ") + "..."
     parts = [f"{info.get('format')} {info.get('path')} (sha256 {str(info.get('sha256'))[:12]})",
              f"{info.get('units')} units, {info.get('rows')} model samples", f"labels: {info.get('labels')}",
              f"preprocessing: {settings}" if settings else ""]

@@ -12,6 +12,8 @@ import io
 from tabulate import tabulate
 
 from conformance.report.checks import provenance, timing_model_of
+from conformance.report.judged import HEADERS as JUDGED_HEADERS
+from conformance.report.judged import judged_by_model, judged_rows
 
 # measurements.json-style data types per precision; a record's details may override any of these keys
 DATA_TYPES = {
@@ -179,8 +181,12 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
     timing = timing_summary(results)
     if timing:
         pairs.append(("performance figures", timing))
+    judged = judged_by_model(results)
     pairs += [
         ("profile", f"{settings['profile']}, models {', '.join(settings['models'])}"),
+        ("judged", "the suite's seeded weights and synthetic samples" if not judged else
+         f"your checkpoint or data for {', '.join(judged)} (see What was judged)"
+         + ("; the others: seeded weights" if set(settings["models"]) - set(judged) else "")),
         ("commit", _commit(results)),
         ("tests", outcome_counts(results)),
         ("checks", _checks_summary(results)),
@@ -494,6 +500,10 @@ def compliance_md(results: dict) -> str:
     if rows:
         out += ["## Verdicts", "", _md_table(headers, rows), "", matrix_note(results), ""]
 
+    judged = judged_rows(results)
+    if judged:
+        out += ["## What was judged", "", _md_table(JUDGED_HEADERS, judged), ""]
+
     failed = failed_tests(results)
     if failed:
         out += ["## Failures", ""]
@@ -651,6 +661,10 @@ def results_html(results: dict) -> str:
     headers, rows = matrix(results)
     if rows:
         body += ["<h2>Verdicts</h2>", _table(headers, rows), f'<p class="note">{esc(matrix_note(results))}</p>']
+
+    judged = judged_rows(results)
+    if judged:
+        body += ["<h2>What was judged</h2>", _table(JUDGED_HEADERS, judged)]
 
     failed = failed_tests(results)
     if failed:
