@@ -197,26 +197,47 @@ def binary_round(a, b, out, op, outer, mid, inner, b_full, inplace, low, high, o
                     over_sign, over_base, inf_nan, nan_canonical)
 
 
+# Elements of the accumulator one stretch of :func:`accumulate_f16` covers: it stays in the L1 cache while every
+# product row is added into it.
+_STRETCH = 2048
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def accumulate_f16(acc, block_sum, low, high, offset, limit_bits, saturate):
-    """``acc = round_f16(acc + block_sum)`` for FP16 partials (:func:`_round` with no zero sign kept, Inf and NaN as
-    they come): exponent clamped to [low, high], then, when ``saturate``, finite magnitudes beyond ``limit_bits``
-    become +-max. Without ``saturate`` (no partial can reach the max) the loop is the three float operations alone."""
+def _accumulate_saturating(acc, row, low, high, offset, limit_bits):
+    for i in range(acc.size):
+        v = acc[i] + row[i]
+        c = _float(min(max(_bits(v) & _EXPONENT, low), high) + offset)
+        y = (v + c) - c
+        yb = _bits(y)
+        magnitude = np.int32(yb & _MAGNITUDE)  # below 2**31: a signed compare, which vectorizes better
+        over = (magnitude > np.int32(limit_bits)) & (magnitude < np.int32(_EXPONENT))
+        acc[i] = _float((yb & _SIGN) | limit_bits) if over else y
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _accumulate_unbounded(acc, row, low, offset):
+    for i in range(acc.size):
+        v = acc[i] + row[i]
+        c = _float(max(_bits(v) & _EXPONENT, low) + offset)
+        acc[i] = (v + c) - c
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def accumulate_f16(acc, products, low, high, offset, limit_bits, saturate):
+    """``acc = round_f16(acc + products[j])`` for j = 0, 1, ... in order (the FP16 partials of a half-partials matmul,
+    ``products`` (blocks, acc.size)): :func:`_round` with no zero sign kept, Inf and NaN as they come; the exponent
+    clamped to [low, high], then, when ``saturate``, finite magnitudes beyond ``limit_bits`` become +-max. Without
+    ``saturate`` (no partial can reach the max) the loop is the three float operations alone. The accumulator is
+    taken in stretches that stay in cache while all rows are added."""
     n = acc.size
-    if saturate:
-        for i in range(n):
-            v = acc[i] + block_sum[i]
-            c = _float(min(max(_bits(v) & _EXPONENT, low), high) + offset)
-            y = (v + c) - c
-            yb = _bits(y)
-            magnitude = np.int32(yb & _MAGNITUDE)  # below 2**31: a signed compare, which vectorizes better
-            over = (magnitude > np.int32(limit_bits)) & (magnitude < np.int32(_EXPONENT))
-            acc[i] = _float((yb & _SIGN) | limit_bits) if over else y
-    else:
-        for i in range(n):
-            v = acc[i] + block_sum[i]
-            c = _float(max(_bits(v) & _EXPONENT, low) + offset)
-            acc[i] = (v + c) - c
+    for start in range(0, n, _STRETCH):
+        stop = min(n, start + _STRETCH)
+        part = acc[start:stop]
+        for j in range(products.shape[0]):
+            if saturate:
+                _accumulate_saturating(part, products[j, start:stop], low, high, offset, limit_bits)
+            else:
+                _accumulate_unbounded(part, products[j, start:stop], low, offset)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

@@ -109,15 +109,16 @@ def binary_round_span(kernels, op: str, a: np.ndarray, b: np.ndarray, out: np.nd
 
 
 def accumulator(kernels, rounding):
-    """``fn(acc, block_sum)``: ``acc = round(acc + block_sum)`` in place on flat float32 arrays, for the FP16 partials
-    of a half-partials matmul (``rounding``: f16, no zero sign kept, overflow "sat" or "unbounded"), in this thread."""
+    """``fn(acc, products)``: ``acc = round(acc + products[j])`` for each row j in order, in place, on a flat float32
+    accumulator and a C-contiguous (blocks, acc.size) float32 array: the FP16 partials of a half-partials matmul
+    (``rounding``: f16, no zero sign kept, overflow "sat" or "unbounded"), in this thread."""
     if rounding.info.name != "f16" or rounding.signed_zero or rounding.overflow not in ("sat", "unbounded"):
         raise ValueError(f"the partials accumulator takes f16 roundings without signed zero that saturate or are "
                          f"unbounded, got {rounding}")
     low, high, offset, _sign_keep, limit_bits = _params(rounding)[:5]
     args = (low, high, offset, limit_bits, rounding.overflow == "sat")
     accumulate = kernels.accumulate_f16
-    return lambda acc, block_sum: accumulate(acc, block_sum, *args)
+    return lambda acc, products: accumulate(acc, products, *args)
 
 
 def max_magnitude(kernels, x: np.ndarray) -> float:

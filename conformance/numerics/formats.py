@@ -202,6 +202,22 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="conformance-numerics")
 
 
+def in_worker() -> bool:
+    """Whether this thread is one of the emulator's workers (which run their part in one thread: no nesting)."""
+    return threading.current_thread().name.startswith("conformance-numerics")
+
+
+def available_threads() -> int:
+    """The threads a pass started in this thread may share out its work over: :func:`worker_threads`, or 1 in a
+    worker."""
+    return 1 if in_worker() else worker_threads()
+
+
+def worker_pool(threads: int) -> ThreadPoolExecutor:
+    """The shared pool of ``threads`` workers (threads named "conformance-numerics-...")."""
+    return _pool(threads)
+
+
 def run_split(n: int, piece, *, grain: int = 4 * _CHUNK, align: int = _CHUNK) -> None:
     """Run ``piece(start, stop)`` over ``range(n)`` cut into one contiguous part per worker thread, parts starting at
     multiples of ``align`` (in this thread
@@ -209,7 +225,7 @@ def run_split(n: int, piece, *, grain: int = 4 * _CHUNK, align: int = _CHUNK) ->
     so the parts run on the cores in parallel; ``piece`` must only write its own part. Small arrays stay in one
     thread: below about 1M elements the hand-off costs more than the second core gives."""
     threads = min(worker_threads(), n // grain)
-    if threads <= 1 or threading.current_thread().name.startswith("conformance-numerics"):
+    if threads <= 1 or in_worker():
         piece(0, n)
         return
     step = -(-n // threads)

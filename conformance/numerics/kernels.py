@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -32,11 +33,13 @@ from conformance.numerics.formats import (
     FORMAT_NAMES,
     OVERFLOW_MODES,
     ROUNDING_MODES,
+    available_threads,
     check_choice,
     check_rng,
     nearest_rounding,
     round_inplace,
     run_split,
+    worker_pool,
 )
 
 PARTIALS = ("float", "half")
@@ -101,8 +104,109 @@ def _blas_threads() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def _binary_round_add(fused, rounding, acc: np.ndarray, block_sum: np.ndarray) -> None:
-    compiled.binary_round_span(fused, "add", acc, block_sum, acc, 1, 1, acc.size, True, rounding)
+# Block products a compiled accumulation pass takes at once (it reads and writes the accumulator once for all of them)
+# and the float32 elements their buffer may hold per thread (4 MiB).
+_BLOCKS_PER_PASS = 8
+_PRODUCT_ELEMENTS = 1 << 20
+# Multiply-adds of BLAS work below which a tile's blocks are not shared out over the worker threads (a hand-off
+# between threads costs about as much as 2**19 multiply-adds on one core).
+_PARALLEL_WORK = 1 << 19
+
+
+class _ProductBuffer(threading.local):
+    """Per-thread buffer for the block products, kept between calls (grown when a larger one is needed)."""
+
+    def get(self, size: int) -> np.ndarray:
+        buffer = self.__dict__.get("buffer")
+        if buffer is None or buffer.size < size:
+            buffer = self.buffer = np.empty(size, np.float32)
+        return buffer
+
+
+_PRODUCTS = _ProductBuffer()
+
+
+def _block_products(acc: np.ndarray, a_tile: np.ndarray, b_tile: np.ndarray, starts, block: int) -> np.ndarray:
+    """The FP32 block sums ``a_tile[..., k0:k0 + block] @ b_tile[..., k0:k0 + block, :]`` for each ``k0`` in ``starts``
+    as rows of this thread's product buffer, one BLAS call each (the same calls, and so the same bits, whatever the
+    grouping): a (len(starts), acc.size) array."""
+    products = _PRODUCTS.get(len(starts) * acc.size)[: len(starts) * acc.size].reshape(len(starts), acc.size)
+    for row, k0 in zip(products, starts):
+        np.matmul(a_tile[..., k0:k0 + block], b_tile[..., k0:k0 + block, :], out=row.reshape(acc.shape))
+    return products
+
+
+def _sum_blocks_shared(acc_flat: np.ndarray, groups: list, products_of, accumulate, threads: int) -> None:
+    """The K block groups of one tile over ``threads`` threads: group i's products are computed by thread
+    i % threads, in parallel, and added into the accumulator in group order (the rounding chain is sequential): a
+    thread waits for its turn only to accumulate. This thread takes part as thread 0."""
+    turn = {"next": 0, "failed": False}
+    ready = threading.Condition()
+
+    def work(thread: int) -> None:
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # Inf/NaN operands propagate (errstate is per thread)
+                for i in range(thread, len(groups), threads):
+                    products = products_of(groups[i])
+                    with ready:
+                        while turn["next"] != i and not turn["failed"]:
+                            ready.wait()
+                        if turn["failed"]:
+                            return
+                    accumulate(acc_flat, products)  # only the holder of turn i writes the accumulator
+                    with ready:
+                        turn["next"] = i + 1
+                        ready.notify_all()
+        except BaseException:
+            with ready:
+                turn["failed"] = True
+                ready.notify_all()
+            raise
+
+    futures = [worker_pool(threads).submit(work, thread) for thread in range(1, threads)]
+    try:
+        work(0)
+    finally:
+        for future in futures:
+            future.result()
+
+
+def _matmul_half_compiled(tiles: list, k: int, block: int, fused, nearest) -> None:
+    """The nearest-rounding tiles of :func:`_matmul_half` on the compiled path: each tile's block products come from
+    the same BLAS calls as on the numpy path, and the FP16 partial is rounded after every block in compiled passes that
+    take up to ``_BLOCKS_PER_PASS`` products each. With many tiles the tiles are shared out over the worker threads;
+    with few, the block products of each tile are (:func:`_sum_blocks_shared`)."""
+    if nearest.overflow == "nan":  # the general kernel, one block at a time
+        def accumulate(acc_flat, products):
+            for row in products:
+                compiled.binary_round_span(fused, "add", acc_flat, row, acc_flat, 1, 1, acc_flat.size, True, nearest)
+    else:
+        accumulate = compiled.accumulator(fused, nearest)
+    starts = list(range(0, k, block))
+    threads = available_threads()
+
+    def groups_of(size: int, parts: int) -> list:
+        per_pass = max(1, min(_BLOCKS_PER_PASS, _PRODUCT_ELEMENTS // size, -(-len(starts) // parts)))
+        return [starts[i:i + per_pass] for i in range(0, len(starts), per_pass)]
+
+    def run_tiles(first: int, stop: int) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):  # Inf/NaN operands propagate (errstate is per thread)
+            for acc, a_tile, b_tile in tiles[first:stop]:
+                acc_flat = acc.reshape(-1)
+                for group in groups_of(acc.size, 1):
+                    accumulate(acc_flat, _block_products(acc, a_tile, b_tile, group, block))
+
+    if threads == 1 or len(tiles) >= 4 * threads:
+        run_split(len(tiles), run_tiles, grain=1, align=1)
+        return
+    for index, (acc, a_tile, b_tile) in enumerate(tiles):
+        groups = groups_of(acc.size, threads)
+        if len(groups) < 2 or acc.size * block * len(groups[0]) < _PARALLEL_WORK:
+            run_tiles(index, index + 1)
+            continue
+        _sum_blocks_shared(acc.reshape(-1), groups,
+                           lambda group, acc=acc, a_tile=a_tile, b_tile=b_tile: _block_products(
+                               acc, a_tile, b_tile, group, block), accumulate, threads)
 
 
 def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, overflow: str) -> np.ndarray:
@@ -110,11 +214,11 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
 
     The output is cut into tiles of about ``_TILE`` elements (row tiles of one batch element for large products,
     stacks of batch elements for small ones) whose accumulator and block product stay in cache while all K blocks are
-    summed into them. Tiles are independent, so they are shared out over the worker threads (nearest rounding; the
-    stochastic kind draws its random numbers in one fixed order, in one thread), each running single-threaded BLAS:
-    these are many small matmuls, for which BLAS's own thread hand-offs cost more than they give. The sign of a zero
-    partial is not tracked (it only decides the sign of an all-zero result), and saturation is skipped when no partial
-    can reach the FP16 max."""
+    summed into them. Each block sum is one single-threaded BLAS call whose shape is fixed by the tile (BLAS's
+    summation order, and so the bits, depend on the shape of the call); the calls run on the worker threads (nearest
+    rounding; the stochastic kind draws its random numbers in one fixed order, in one thread): whole tiles, or the
+    blocks of one tile (:func:`_matmul_half_compiled`). The sign of a zero partial is not tracked (it only decides the
+    sign of an all-zero result), and saturation is skipped when no partial can reach the FP16 max."""
     nbatch, m, k = a.shape
     n = b.shape[2]
     out = np.zeros((nbatch, m, n), np.float32)
@@ -123,16 +227,6 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     fused = compiled.jit() if rounding == "nearest" else None
     mode = overflow if (overflow == "nan" or _saturation_possible(a, b, fused)) else "unbounded"
     nearest = nearest_rounding("f16", 0, mode, signed_zero=False)
-    # acc = round(acc + block_sum) in one compiled pass; its own loop unless overflow gives NaN
-    accumulate = (compiled.accumulator(fused, nearest) if mode != "nan" else
-                  functools.partial(_binary_round_add, fused, nearest)) if fused is not None else None
-
-    def round_partials(acc: np.ndarray) -> None:
-        if rounding == "stochastic":
-            round_inplace(acc, "f16", overflow=overflow, rounding=rounding, rng=rng)
-        else:
-            flat = acc.reshape(-1)  # acc is a C-contiguous tile of the output
-            nearest.span(flat, flat)
 
     if m * n >= _TILE // 2:
         rows = max(1, _TILE // n)
@@ -140,7 +234,18 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     else:
         batches = max(1, _TILE // (m * n))
         tiles = [(out[b0:b0 + batches], a[b0:b0 + batches], b[b0:b0 + batches]) for b0 in range(0, nbatch, batches)]
+    if fused is not None:
+        with _blas_threads().limit(limits=1, user_api="blas"):
+            _matmul_half_compiled(tiles, k, block, fused, nearest)
+        return out
     largest = max(tile[0].size for tile in tiles)
+
+    def round_partials(acc: np.ndarray) -> None:
+        if rounding == "stochastic":
+            round_inplace(acc, "f16", overflow=overflow, rounding=rounding, rng=rng)
+        else:
+            flat = acc.reshape(-1)  # acc is a C-contiguous tile of the output
+            nearest.span(flat, flat)
 
     def run_tiles(first: int, stop: int) -> None:
         product = np.empty(largest, np.float32)
@@ -150,12 +255,8 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     def sum_tiles(first: int, stop: int, product: np.ndarray) -> None:
         for acc, a_tile, b_tile in tiles[first:stop]:
             block_sum = product[: acc.size].reshape(acc.shape)
-            acc_flat, sum_flat = acc.reshape(-1), block_sum.reshape(-1)
             for k0 in range(0, k, block):
                 np.matmul(a_tile[..., k0:k0 + block], b_tile[..., k0:k0 + block, :], out=block_sum)
-                if accumulate is not None:
-                    accumulate(acc_flat, sum_flat)
-                    continue
                 np.add(acc, block_sum, out=acc)
                 round_partials(acc)
 
