@@ -141,6 +141,30 @@ def test_matmul_and_conv2d_half_and_float_partials(operand_format, overflow):
         assert_bits_equal(expected, actual)
 
 
+@pytest.mark.parametrize("operand_format", ["f16", "f143"])
+def test_half_partials_shared_over_threads_equal_the_numpy_path(monkeypatch, operand_format):
+    """One large tile (its K blocks shared out over the threads), a few tiles, many tiles (whole tiles shared out),
+    saturating partials, NaN on overflow: the numpy path's bits with 1, 2 or 3 threads."""
+    rng = np.random.default_rng(15)
+
+    def operands(a_shape, b_shape, spread):
+        return (numerics.quantize(rng.standard_normal(a_shape) * spread, operand_format),
+                numerics.quantize(rng.standard_normal(b_shape) * spread, operand_format))
+
+    cases = [operands((256, 768), (768, 768), 1.0), operands((3000, 64), (64, 128), 1.0),
+             operands((4096, 96), (96, 512), 1.0), operands((12, 128, 64), (12, 64, 128), 1.0),
+             operands((300, 640), (640, 200), 30.0)]  # the last saturates
+    for a, b in cases:
+        for overflow in numerics.OVERFLOW_MODES:
+            with numerics.kernel_path("numpy"):
+                expected = numerics.matmul(a, b, partials="half", operand_format=operand_format, overflow=overflow)
+            for threads in ("1", "2", "3"):
+                monkeypatch.setenv("CONFORMANCE_THREADS", threads)
+                with numerics.kernel_path("numba"):
+                    actual = numerics.matmul(a, b, partials="half", operand_format=operand_format, overflow=overflow)
+                assert_bits_equal(expected, actual)
+
+
 def test_bad_input_gives_the_same_results_or_errors():
     rng = np.random.default_rng(6)
     base = (rng.standard_normal((64, 64)) * 1000).astype(np.float32)
