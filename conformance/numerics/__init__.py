@@ -10,6 +10,7 @@ Public API::
     conv2d(x, w, *, stride=1, padding=0, dilation=1, groups=1, partials="float", operand_format="f16", block=None,
            rounding="nearest", rng=None, out_format="f16", overflow="sat")    -> float32 array (N, O, Ho, Wo)
 
+    conv_weight_matrix(w, groups=1)                                              -> w laid out for conv2d's half partials
     round_op(op, a, b, fmt="f16", *, scale=0, overflow="sat", out=None)         -> quantize(a op b), one fused pass
     kernel_path("numpy" | "numba")                                              -> context manager: which kernels run
 
@@ -30,7 +31,7 @@ from conformance.numerics.formats import (
     round_inplace,
     round_op,
 )
-from conformance.numerics.kernels import DEFAULT_BLOCK, PARTIALS, conv2d, matmul
+from conformance.numerics.kernels import DEFAULT_BLOCK, PARTIALS, conv2d, conv_weight_matrix, matmul
 
 __all__ = [
     "DEFAULT_BLOCK",
@@ -43,6 +44,7 @@ __all__ = [
     "FormatInfo",
     "active_path",
     "conv2d",
+    "conv_weight_matrix",
     "decode",
     "encode",
     "format_info",

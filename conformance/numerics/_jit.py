@@ -248,3 +248,23 @@ def max_magnitude(x):
     for i in range(x.size):
         top = max(top, _bits(x[i]) & _MAGNITUDE)
     return _float(top)
+
+
+_TRANSPOSE_TILE = 16
+
+
+@numba.njit(cache=True, nogil=True)
+def channels_first(src, dst, first, stop):
+    """``dst[b, g, c, r] = src[g, b, r, c]`` for the samples b in [first, stop): a grouped conv's im2col matmul
+    result (G, N, Ho*Wo, O/G) as NCHW (N, G, O/G, Ho*Wo), in square tiles that stay in cache."""
+    groups, _, rows, cols = src.shape
+    tile = _TRANSPOSE_TILE
+    for b in range(first, stop):
+        for g in range(groups):
+            for r0 in range(0, rows, tile):
+                r1 = min(rows, r0 + tile)
+                for c0 in range(0, cols, tile):
+                    c1 = min(cols, c0 + tile)
+                    for c in range(c0, c1):
+                        for r in range(r0, r1):
+                            dst[b, g, c, r] = src[g, b, r, c]

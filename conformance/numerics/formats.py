@@ -46,7 +46,7 @@ _CHUNK = 1 << 17
 # Elements per worker thread below which a compiled pass stays in one thread: the compiled loop rounds about ten times
 # as fast as the numpy passes, so its parts can be that much smaller before a hand-off (some 20 us) costs more than
 # the second core gives.
-_COMPILED_GRAIN = 1 << 17
+COMPILED_GRAIN = 1 << 17
 _COMPILED_ALIGN = 1 << 10  # parts start on 4 KiB boundaries
 
 
@@ -335,7 +335,7 @@ def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale:
     if kernels is not None:
         run_split(xs.size, lambda lo, hi: compiled.binary_round_span(
             kernels, "copy", xs[lo:hi], xs[lo:hi], ys[lo:hi], 1, 1, hi - lo, False, rounding),
-            grain=_COMPILED_GRAIN, align=_COMPILED_ALIGN)
+            grain=COMPILED_GRAIN, align=_COMPILED_ALIGN)
         return
 
     def piece(lo: int, hi: int) -> None:
@@ -482,18 +482,18 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
     if split == (0, 0, 0):
         run_split(yf.size, lambda lo, hi: compiled.binary_round_span(
             kernels, op, af[lo:hi], bf[lo:hi], yf[lo:hi], 1, 1, hi - lo, True, rounding),
-            grain=_COMPILED_GRAIN, align=_COMPILED_ALIGN)
+            grain=COMPILED_GRAIN, align=_COMPILED_ALIGN)
         return y
     outer, mid, inner = split
     if outer > 1:  # parts of whole outer rows
         row = mid * inner
         run_split(outer, lambda lo, hi: compiled.binary_round_span(
             kernels, op, af[lo * row:hi * row], bf, yf[lo * row:hi * row], hi - lo, mid, inner, False, rounding),
-            grain=max(1, _COMPILED_GRAIN // row), align=1)
+            grain=max(1, COMPILED_GRAIN // row), align=1)
     else:  # parts of the broadcast axis, with their part of b
         run_split(mid, lambda lo, hi: compiled.binary_round_span(
             kernels, op, af[lo * inner:hi * inner], bf[lo:hi], yf[lo * inner:hi * inner], 1, hi - lo, inner, False,
-            rounding), grain=max(1, _COMPILED_GRAIN // max(1, inner)), align=1)
+            rounding), grain=max(1, COMPILED_GRAIN // max(1, inner)), align=1)
     return y
 
 

@@ -30,6 +30,7 @@ from threadpoolctl import ThreadpoolController
 
 from conformance.numerics import compiled
 from conformance.numerics.formats import (
+    COMPILED_GRAIN,
     FORMAT_NAMES,
     OVERFLOW_MODES,
     ROUNDING_MODES,
@@ -367,19 +368,32 @@ def _checked_pair(v, what: str, minimum: int) -> tuple[int, int]:
 
 def _im2col(x: np.ndarray, kh: int, kw: int, stride, padding, dilation, groups: int):
     """Columns (G, N*Ho*Wo, kh*kw*Cg): the K axis runs over kernel taps, input channels fastest, as the AMP unit
-    consumes a tap's channel group per pass."""
-    n, c, _, _ = x.shape
+    consumes a tap's channel group per pass. Gathered from a channels-last copy of the (zero-padded) input, so that
+    every tap copies runs of Cg contiguous values."""
+    n, c, h, wd = x.shape
     cg = c // groups
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    if ph or pw:
-        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    padded = np.zeros((n, h + 2 * ph, wd + 2 * pw, c), np.float32) if ph or pw else np.empty((n, h, wd, c), np.float32)
+    padded[:, ph:ph + h, pw:pw + wd] = x.transpose(0, 2, 3, 1)
     eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
-    ho = (x.shape[2] - eh) // sh + 1
-    wo = (x.shape[3] - ew) // sw + 1
-    win = sliding_window_view(x, (eh, ew), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :ho, :wo]
-    # (N, C, Ho, Wo, kh, kw) -> (G, N, Ho, Wo, kh, kw, Cg)
-    cols = win.reshape(n, groups, cg, ho, wo, kh, kw).transpose(1, 0, 3, 4, 5, 6, 2)
+    ho = (padded.shape[1] - eh) // sh + 1
+    wo = (padded.shape[2] - ew) // sw + 1
+    win = sliding_window_view(padded, (eh, ew), axis=(1, 2))[:, ::sh, ::sw, :, ::dh, ::dw][:, :ho, :wo]
+    # (N, Ho, Wo, C, kh, kw) -> (G, N, Ho, Wo, kh, kw, Cg)
+    cols = win.reshape(n, ho, wo, groups, cg, kh, kw).transpose(3, 0, 1, 2, 5, 6, 4)
     return cols.reshape(groups, n * ho * wo, kh * kw * cg), ho, wo
+
+
+def conv_weight_matrix(w: np.ndarray, groups: int = 1) -> np.ndarray:
+    """A conv weight (O, C/groups, kh, kw) as the half-partials conv2d reads it: the same values, held in memory as
+    the (G, kh*kw*Cg, O/G) matrix of the im2col matmul, so that :func:`conv2d` takes it without a copy (a weight
+    used for many calls is laid out once)."""
+    w = _float_operand(w, "conv2d weight w")
+    o, cg, kh, kw = w.shape
+    if groups != 1:  # (G, O/G) would not merge back into O without a copy
+        return np.ascontiguousarray(w)
+    matrix = np.ascontiguousarray(w.transpose(2, 3, 1, 0))  # (kh, kw, Cg, O)
+    return matrix.transpose(3, 2, 0, 1)
 
 
 def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: str = "float",
@@ -416,6 +430,13 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
     og = o // groups
     wmat = w.reshape(groups, og, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * cg, og)
     y = matmul(cols, wmat, partials=partials, operand_format=operand_format, block=block, rounding=rounding, rng=rng,
-               out_format=out_format, overflow=overflow)  # (G, N*Ho*Wo, O/G)
-    y = y.reshape(groups, n, ho, wo, og).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
-    return np.ascontiguousarray(y)
+               out_format=out_format, overflow=overflow)  # (G, N*Ho*Wo, O/G), C-contiguous
+    fused = compiled.jit()
+    if fused is None:
+        y = y.reshape(groups, n, ho, wo, og).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
+        return np.ascontiguousarray(y)
+    out = np.empty((n, o, ho, wo), np.float32)
+    src, dst = y.reshape(groups, n, ho * wo, og), out.reshape(n, groups, og, ho * wo)
+    run_split(n, lambda first, stop: fused.channels_first(src, dst, first, stop),
+              grain=max(1, COMPILED_GRAIN // (o * ho * wo)), align=1)
+    return out

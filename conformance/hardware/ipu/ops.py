@@ -215,6 +215,8 @@ class IpuOps(Ops):
         if fp8 == "all":
             x = self._fp8_input(name, "input", x)
         w = self._weight_operand(name, weight, fp8)
+        if fp8 == "all" or self.policy.partials == "half":  # the im2col matmul's layout, made once
+            w = self._param(w, ("conv matrix", groups), lambda v: numerics.conv_weight_matrix(v, groups))
         y = _kernels.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
                             partials=self.policy.partials, fp8=self._fp8_format(fp8))
         return self._out_bias(name, y, bias, (1, -1, 1, 1))
