@@ -1,7 +1,7 @@
 """Speed of the compiled (numba) kernels against the numpy oracle path, timed in the same run: the FP16 rounding
 fused into an add against the add followed by the numpy rounding passes (4M float32; a plain add is the floor), and
 matmul with half partials (FP16 and F143 operands, 384x768 @ 768x3072) against numpy's float32 matmul. Targets
-(subject / baseline): half partials <= 3x sgemm for FP16 operands, <= 2.5x for FP8. The per-model forward ratios are
+(subject / baseline): half partials <= 3.0x sgemm for FP16 operands, <= 2.5x for F143. The per-model forward ratios are
 ``test_bench_ipu.py`` (on the default, compiled path)."""
 
 from __future__ import annotations

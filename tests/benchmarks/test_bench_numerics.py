@@ -1,7 +1,7 @@
 """Speed of the numerics emulator against the tools it replaces, timed in the same run (16M float32 values; matmul
 384x768 @ 768x3072 on an FP16 grid). Targets (subject / baseline): quantize f143 at scale -3 <= 0.25x
 ml_dtypes' float8_e4m3fnuz round trip; quantize f16 <= 0.5x numpy's float16 round trip; matmul with float partials
-<= 1.3x numpy float32 ``@``, with half partials <= 6x. quantize against a plain copy (the limit) is printed too."""
+<= 1.3x numpy float32 ``@``, with half partials <= 3x. quantize against a plain copy (the limit) is printed too."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_matmul_float_partials(benchmark, fp16_operands):
 
 
 def test_matmul_half_partials(benchmark, fp16_operands):
-    run(benchmark, "numerics-matmul", "subject", matmul, *fp16_operands, partials="half", target=6.0)
+    run(benchmark, "numerics-matmul", "subject", matmul, *fp16_operands, partials="half", target=3.0)
 
 
 def test_numpy_float32_matmul(benchmark, fp16_operands):
