@@ -172,6 +172,15 @@ def _sum_blocks_shared(acc_flat: np.ndarray, groups: list, products_of, accumula
             future.result()
 
 
+def _tile_balance(tiles: list, threads: int) -> float:
+    """The share of the threads' time spent working when :func:`run_split` hands each thread a contiguous run of
+    tiles (1.0: equal work; a single tile on two threads: 0.5)."""
+    sizes = [tile[0].size for tile in tiles]
+    step = -(-len(sizes) // threads)
+    busiest = max(sum(sizes[i:i + step]) for i in range(0, len(sizes), step))
+    return sum(sizes) / (threads * busiest)
+
+
 def _matmul_half_compiled(tiles: list, k: int, block: int, fused, nearest) -> None:
     """The nearest-rounding tiles of :func:`_matmul_half` on the compiled path: each tile's block products come from
     the same BLAS calls as on the numpy path, and the FP16 partial is rounded after every block in compiled passes that
@@ -197,7 +206,7 @@ def _matmul_half_compiled(tiles: list, k: int, block: int, fused, nearest) -> No
                 for group in groups_of(acc.size, 1):
                     accumulate(acc_flat, _block_products(acc, a_tile, b_tile, group, block))
 
-    if threads == 1 or len(tiles) >= 4 * threads:
+    if threads == 1 or _tile_balance(tiles, threads) >= 0.85:  # whole tiles keep the threads busy alike
         run_split(len(tiles), run_tiles, grain=1, align=1)
         return
     for index, (acc, a_tile, b_tile) in enumerate(tiles):
