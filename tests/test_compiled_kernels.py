@@ -104,6 +104,36 @@ def test_round_op_on_hard_values_with_every_broadcast(fmt, hard, op):
             assert_bits_equal(reference, actual)
 
 
+def test_round_op_rounding_a_first_on_hard_values_with_every_broadcast(fmt, hard):
+    """``round_a``: quantize(quantize(a) + b) in one pass, in place or not, against the two steps written out."""
+    rng = np.random.default_rng(13)
+    n = 60 * 1024
+    with np.errstate(over="ignore"):
+        a = rng.choice(hard, n) * np.float32(1.0009765625)  # off the grid: the first rounding matters
+    b = rng.choice(hard, n)
+    cases = [(a, b), (a.reshape(60, 1024), b[:1024]), (a.reshape(4, 15, 1024), b[:15].reshape(15, 1)),
+             (a.reshape(3, 20, 32, 32), b[:20].reshape(1, 20, 1, 1)), (a, b[:1]),
+             (a.reshape(60, 1024)[:, ::2], b[:512])]
+    scale = -3 if fmt != "f16" else 0
+    for x, y in cases:
+        for overflow in numerics.OVERFLOW_MODES:
+            with np.errstate(all="ignore"):
+                reference = numerics.quantize(np.add(numerics.quantize(x, fmt, scale=scale, overflow=overflow), y,
+                                                     dtype=np.float32), fmt, scale=scale, overflow=overflow)
+                expected, actual = both(lambda: numerics.round_op("add", x, y, fmt, scale=scale, overflow=overflow,
+                                                                  round_a=True))
+                assert_bits_equal(reference, expected)
+                assert_bits_equal(reference, actual)
+                if x.flags.c_contiguous:
+                    in_place = x.copy()
+                    with numerics.kernel_path("numba"):
+                        numerics.round_op("add", in_place, y, fmt, scale=scale, overflow=overflow, round_a=True,
+                                          out=in_place)
+                    assert_bits_equal(reference, in_place)
+    with pytest.raises(ValueError, match="round_a=True is for op 'add'"):
+        numerics.round_op("mul", a, b, round_a=True)
+
+
 def test_round_op_writes_into_out_and_keeps_threads_equal(monkeypatch):
     rng = np.random.default_rng(4)
     a = (rng.standard_normal((1200, 1024)) * 100).astype(np.float32)  # large enough to be split over threads

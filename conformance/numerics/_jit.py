@@ -15,8 +15,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
-# op codes of :func:`binary_round`
-COPY, ADD, SUB, MUL, DIV = 0, 1, 2, 3, 4
+# op codes of :func:`binary_round` (ROUND_ADD: a rounded onto the grid first, then added)
+COPY, ADD, SUB, MUL, DIV, ROUND_ADD = 0, 1, 2, 3, 4, 5
 _EXPONENT = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
 _MAGNITUDE = np.uint32(0x7FFFFFFF)
@@ -64,7 +64,13 @@ def _round(v, low, high, offset, sign_keep, limit_bits, over_sign, over_base, in
 def _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
     """out[i] = round(a[i] op b[i]); one loop per op, so that each is straight-line code the compiler vectorizes."""
     n = out.size
-    if op == ADD:
+    if op == ROUND_ADD:
+        for i in range(n):
+            v = _round(a[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                       nan_canonical)
+            out[i] = _round(v + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == ADD:
         for i in range(n):
             out[i] = _round(a[i] + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                             nan_canonical)
@@ -90,7 +96,13 @@ def _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, 
 def _scalar(op, a, s, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
     """out[i] = round(a[i] op s) for one float32 ``s``."""
     n = out.size
-    if op == ADD:
+    if op == ROUND_ADD:
+        for i in range(n):
+            v = _round(a[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                       nan_canonical)
+            out[i] = _round(v + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == ADD:
         for i in range(n):
             out[i] = _round(a[i] + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                             nan_canonical)
@@ -113,7 +125,13 @@ def _vector_inplace(op, out, b, low, high, offset, sign_keep, limit_bits, over_s
                     nan_canonical):
     """out[i] = round(out[i] op b[i]): two arrays, so that the compiler's overlap check lets it vectorize."""
     n = out.size
-    if op == ADD:
+    if op == ROUND_ADD:
+        for i in range(n):
+            v = _round(out[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                       nan_canonical)
+            out[i] = _round(v + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == ADD:
         for i in range(n):
             out[i] = _round(out[i] + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                             nan_canonical)
@@ -140,7 +158,13 @@ def _scalar_inplace(op, out, s, low, high, offset, sign_keep, limit_bits, over_s
                     nan_canonical):
     """out[i] = round(out[i] op s) for one float32 ``s``."""
     n = out.size
-    if op == ADD:
+    if op == ROUND_ADD:
+        for i in range(n):
+            v = _round(out[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                       nan_canonical)
+            out[i] = _round(v + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
+                            nan_canonical)
+    elif op == ADD:
         for i in range(n):
             out[i] = _round(out[i] + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                             nan_canonical)

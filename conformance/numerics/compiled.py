@@ -20,7 +20,7 @@ import numpy as np
 
 KERNELS_VARIABLE = "CONFORMANCE_KERNELS"
 KERNEL_PATHS = ("numba", "numpy")
-OPS = {"copy": 0, "add": 1, "sub": 2, "mul": 3, "div": 4}
+OPS = {"copy": 0, "add": 1, "sub": 2, "mul": 3, "div": 4, "round_add": 5}
 
 _override: str | None = None
 _lock = threading.Lock()

@@ -443,17 +443,21 @@ def _single_axis_broadcast(shape: tuple, b_shape: tuple) -> tuple[int, int, int]
             int(np.prod(shape[axis + 1:], dtype=np.int64)))
 
 
-def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str = "sat", out=None) -> np.ndarray:
+def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str = "sat", out=None,
+             round_a: bool = False) -> np.ndarray:
     """``quantize(a op b)`` with ``op`` computed in float32 (``np.add(a, b, dtype=np.float32)`` etc.) and rounded to
     nearest even onto ``fmt``'s grid in the same pass on the compiled path. ``op``: "add", "sub", "mul" or "div";
     numpy broadcasting. ``out``: a writeable C-contiguous float32 array of the result's shape to write into (may be
-    ``a``); a new array otherwise. The numpy path (and any operands the compiled loop does not take: other dtypes,
-    non-contiguous, broadcasting along more than one axis of ``b`` or any of ``a``) computes the op with numpy and
-    rounds it in place: the same bits."""
+    ``a``); a new array otherwise. ``round_a`` (with "add"): ``a`` is first put on the same grid, ``quantize(quantize(a)
+    + b)`` (a matmul's FP32 result rounded to FP16, then its bias added), in the same pass. The numpy path (and any
+    operands the compiled loop does not take: other dtypes, non-contiguous, broadcasting along more than one axis of
+    ``b`` or any of ``a``) computes the op with numpy and rounds it in place: the same bits."""
     info = format_info(fmt)
     scale = _check_scale(info, scale)
     check_choice("overflow", overflow, OVERFLOW_MODES)
     check_choice("op", op, tuple(_NUMPY_OPS))
+    if round_a and op != "add":
+        raise ValueError(f"round_op: round_a=True is for op 'add' (a matmul's result plus its bias), got op {op!r}")
     a, b = np.asarray(a), np.asarray(b)
     for what, arr in (("a", a), ("b", b)):
         if arr.dtype not in (np.float16, np.float32, np.float64):
@@ -470,6 +474,8 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
             and a.flags.c_contiguous and b.flags.c_contiguous and not overlap):
         split = (0, 0, 0) if b.shape == shape else _single_axis_broadcast(shape, b.shape)
     if split is None:
+        if round_a:
+            a = quantize(a, fmt, scale=scale, overflow=overflow)
         y = np.asarray(_NUMPY_OPS[op](a, b, dtype=np.float32, out=out))  # 0-d operands give a scalar: an array
         if y.size:
             _round_nearest_into(y, y, info, scale, overflow)
@@ -479,6 +485,8 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
         return y
     rounding = nearest_rounding(info.name, scale, overflow)
     af, bf, yf = a.reshape(-1), b.reshape(-1), y.reshape(-1)
+    if round_a:
+        op = "round_add"
     if split == (0, 0, 0):
         run_split(yf.size, lambda lo, hi: compiled.binary_round_span(
             kernels, op, af[lo:hi], bf[lo:hi], yf[lo:hi], 1, 1, hi - lo, True, rounding),

@@ -106,15 +106,16 @@ class IpuOps(Ops):
                 y = self.round_f16(y)
         return self._emit(name, self._mark(y))
 
-    def _out_op(self, name: str, op: str, a, b, *, temporary: bool = False) -> np.ndarray:
+    def _out_op(self, name: str, op: str, a, b, *, temporary: bool = False, round_a: bool = False) -> np.ndarray:
         """:meth:`_out` of ``a op b`` (float32 arithmetic, numpy broadcasting) with the op and the FP16 rounding in
         one pass (``numerics.round_op``: the same bits as the op followed by the rounding). ``temporary``: ``a`` is
-        the op's own intermediate, written over when it is a C-contiguous float32 array of the result's shape."""
+        the op's own intermediate, written over when it is a C-contiguous float32 array of the result's shape.
+        ``round_a``: ``a`` is rounded to FP16 first, in the same pass (a matmul's FP32 result before its bias)."""
         self.ops_seen.add(name)
         a = np.asarray(a)
         reuse = (temporary and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
                  and a.shape == np.broadcast_shapes(a.shape, np.shape(b)))
-        y = numerics.round_op(op, a, b, "f16", out=a if reuse else None)
+        y = numerics.round_op(op, a, b, "f16", out=a if reuse else None, round_a=round_a)
         return self._emit(name, self._mark(y))
 
     def _param(self, x, what, make):
@@ -182,12 +183,19 @@ class IpuOps(Ops):
             return self._param(q, "f16", self.round_f16)
         return self._param_f16(w)
 
-    def _out_bias(self, name: str, y: np.ndarray, bias, shape) -> np.ndarray:
-        """:meth:`_out` of ``y + bias`` (FP32 add, FP16 result, one fused pass); ``y`` itself, already on the FP16
-        grid (the kernels rounded it), without a bias."""
+    def _out_bias(self, name: str, y: np.ndarray, bias, shape, *, on_grid: bool = True) -> np.ndarray:
+        """:meth:`_out` of ``y + bias`` (FP32 add, FP16 result, one fused pass); ``y`` itself without a bias.
+        ``on_grid``: the kernels rounded ``y`` to FP16; else it is their FP32 result, rounded to FP16 here (in the
+        bias's pass when there is one)."""
         if bias is None:
-            return self._out(name, y, on_grid=True)
-        return self._out_op(name, "add", y, self._param_f16(bias).reshape(shape), temporary=True)
+            return self._out(name, y, on_grid=on_grid)
+        return self._out_op(name, "add", y, self._param_f16(bias).reshape(shape), temporary=True,
+                            round_a=not on_grid)
+
+    def _defer_rounding(self, fp8: str, bias) -> bool:
+        """Whether a matrix op's FP16 rounding is left to its bias add (one pass for both): FP32 partials only (half
+        partials round inside the kernel)."""
+        return bias is not None and self._fp8_format(fp8) is None and self.policy.partials == "float"
 
     def linear(self, x, weight, bias=None, *, name):
         fp8 = self._fp8_operands(name)
@@ -197,8 +205,10 @@ class IpuOps(Ops):
             x2 = self._fp8_input(name, "input", x2)
         w = self._weight_operand(name, weight, fp8)
         w_t = self._param(w, "transposed", lambda v: np.ascontiguousarray(v.T))  # (in, out): the kernel's b
-        y = _kernels.matmul(x2, w_t, partials=self.policy.partials, fp8=self._fp8_format(fp8))
-        return self._out_bias(name, y.reshape(*lead, weight.shape[0]), bias, (-1,))
+        defer = self._defer_rounding(fp8, bias)
+        y = _kernels.matmul(x2, w_t, partials=self.policy.partials, fp8=self._fp8_format(fp8),
+                            out_format=None if defer else "f16")
+        return self._out_bias(name, y.reshape(*lead, weight.shape[0]), bias, (-1,), on_grid=not defer)
 
     def matmul(self, a, b, *, name):
         fp8 = self._fp8_operands(name)
@@ -217,9 +227,11 @@ class IpuOps(Ops):
         w = self._weight_operand(name, weight, fp8)
         if fp8 == "all" or self.policy.partials == "half":  # the im2col matmul's layout, made once
             w = self._param(w, ("conv matrix", groups), lambda v: numerics.conv_weight_matrix(v, groups))
+        defer = self._defer_rounding(fp8, bias)
         y = _kernels.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups,
-                            partials=self.policy.partials, fp8=self._fp8_format(fp8))
-        return self._out_bias(name, y, bias, (1, -1, 1, 1))
+                            partials=self.policy.partials, fp8=self._fp8_format(fp8),
+                            out_format=None if defer else "f16")
+        return self._out_bias(name, y, bias, (1, -1, 1, 1), on_grid=not defer)
 
     # -- data entering the device ------------------------------------------------------------------------------
     def input(self, x, *, name):
@@ -306,13 +318,14 @@ class _Kernels:
     (None for FP16 operands); FP8 operands force half partials and an FP16 result inside the kernels."""
 
     @staticmethod
-    def matmul(a, b, *, partials: str, fp8: str | None) -> np.ndarray:
-        return numerics.matmul(a, b, partials=partials, operand_format=fp8 or "f16")
+    def matmul(a, b, *, partials: str, fp8: str | None, out_format: str | None = "f16") -> np.ndarray:
+        return numerics.matmul(a, b, partials=partials, operand_format=fp8 or "f16", out_format=out_format)
 
     @staticmethod
-    def conv2d(x, w, *, stride, padding, dilation, groups, partials: str, fp8: str | None) -> np.ndarray:
+    def conv2d(x, w, *, stride, padding, dilation, groups, partials: str, fp8: str | None,
+               out_format: str | None = "f16") -> np.ndarray:
         return numerics.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups, partials=partials,
-                          operand_format=fp8 or "f16")
+                               operand_format=fp8 or "f16", out_format=out_format)
 
 
 _kernels = _Kernels()
