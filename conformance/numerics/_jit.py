@@ -21,6 +21,9 @@ _EXPONENT = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
 _MAGNITUDE = np.uint32(0x7FFFFFFF)
 _QUIET_NAN = np.uint32(0x7FC00000)  # numpy's float32(np.nan)
+# Elements a stretch of the multi-pass loops covers (:func:`accumulate_f16`, ROUND_ADD): it stays in the L1 cache
+# between the passes.
+_STRETCH = 2048
 
 
 @intrinsic
@@ -64,13 +67,7 @@ def _round(v, low, high, offset, sign_keep, limit_bits, over_sign, over_base, in
 def _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
     """out[i] = round(a[i] op b[i]); one loop per op, so that each is straight-line code the compiler vectorizes."""
     n = out.size
-    if op == ROUND_ADD:
-        for i in range(n):
-            v = _round(a[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
-                       nan_canonical)
-            out[i] = _round(v + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
-                            nan_canonical)
-    elif op == ADD:
+    if op == ADD:
         for i in range(n):
             out[i] = _round(a[i] + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                             nan_canonical)
@@ -96,13 +93,7 @@ def _vector(op, a, b, out, low, high, offset, sign_keep, limit_bits, over_sign, 
 def _scalar(op, a, s, out, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan, nan_canonical):
     """out[i] = round(a[i] op s) for one float32 ``s``."""
     n = out.size
-    if op == ROUND_ADD:
-        for i in range(n):
-            v = _round(a[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
-                       nan_canonical)
-            out[i] = _round(v + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
-                            nan_canonical)
-    elif op == ADD:
+    if op == ADD:
         for i in range(n):
             out[i] = _round(a[i] + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                             nan_canonical)
@@ -125,13 +116,7 @@ def _vector_inplace(op, out, b, low, high, offset, sign_keep, limit_bits, over_s
                     nan_canonical):
     """out[i] = round(out[i] op b[i]): two arrays, so that the compiler's overlap check lets it vectorize."""
     n = out.size
-    if op == ROUND_ADD:
-        for i in range(n):
-            v = _round(out[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
-                       nan_canonical)
-            out[i] = _round(v + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
-                            nan_canonical)
-    elif op == ADD:
+    if op == ADD:
         for i in range(n):
             out[i] = _round(out[i] + b[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                             nan_canonical)
@@ -158,13 +143,7 @@ def _scalar_inplace(op, out, s, low, high, offset, sign_keep, limit_bits, over_s
                     nan_canonical):
     """out[i] = round(out[i] op s) for one float32 ``s``."""
     n = out.size
-    if op == ROUND_ADD:
-        for i in range(n):
-            v = _round(out[i], low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
-                       nan_canonical)
-            out[i] = _round(v + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
-                            nan_canonical)
-    elif op == ADD:
+    if op == ADD:
         for i in range(n):
             out[i] = _round(out[i] + s, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
                             nan_canonical)
@@ -183,12 +162,47 @@ def _scalar_inplace(op, out, s, low, high, offset, sign_keep, limit_bits, over_s
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def _round_then_add(a, b, out, outer, mid, inner, b_full, inplace, low, high, offset, sign_keep, limit_bits,
+                    over_sign, over_base, inf_nan, nan_canonical):
+    """``out = round(round(a) + b)``, stretch by stretch: each stretch of ``out`` is rounded from ``a`` and then has
+    b added and rounded while it is in the L1 cache (two simple loops vectorize; one loop of both roundings does
+    not)."""
+    row = mid * inner
+    for o in range(outer):
+        for start in range(0, row, _STRETCH):
+            stop = min(row, start + _STRETCH)
+            lo, hi = o * row + start, o * row + stop
+            part = out[lo:hi]
+            if inplace:
+                _vector_inplace(COPY, part, part, low, high, offset, sign_keep, limit_bits, over_sign, over_base,
+                                inf_nan, nan_canonical)
+            else:
+                _vector(COPY, a[lo:hi], a[lo:hi], part, low, high, offset, sign_keep, limit_bits, over_sign,
+                        over_base, inf_nan, nan_canonical)
+            if b_full:
+                _vector_inplace(ADD, part, b[lo:hi], low, high, offset, sign_keep, limit_bits, over_sign, over_base,
+                                inf_nan, nan_canonical)
+            elif inner == 1:  # b along the row
+                _vector_inplace(ADD, part, b[start:stop], low, high, offset, sign_keep, limit_bits, over_sign,
+                                over_base, inf_nan, nan_canonical)
+            else:  # one b value per run of ``inner``
+                for k in range(start // inner, (stop - 1) // inner + 1):
+                    first, last = max(start, k * inner), min(stop, (k + 1) * inner)
+                    _scalar_inplace(ADD, out[o * row + first:o * row + last], b[k], low, high, offset, sign_keep,
+                                    limit_bits, over_sign, over_base, inf_nan, nan_canonical)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def binary_round(a, b, out, op, outer, mid, inner, b_full, inplace, low, high, offset, sign_keep, limit_bits,
                  over_sign, over_base, inf_nan, nan_canonical):
     """``out = round(a op b)`` over flat float32 arrays of ``outer * mid * inner`` elements. ``b_full``: b has a's
     size; else b has ``mid`` elements, broadcast along the outer and inner axes (a bias per row or per channel).
-    ``op`` COPY ignores b (a plain rounding). ``inplace``: ``out`` is ``a`` (a loop over a distinct ``a`` and ``out``
-    that are the same memory would not be vectorized)."""
+    ``op`` COPY ignores b (a plain rounding); ROUND_ADD rounds a first. ``inplace``: ``out`` is ``a`` (a loop over a
+    distinct ``a`` and ``out`` that are the same memory would not be vectorized)."""
+    if op == ROUND_ADD:
+        _round_then_add(a, b, out, outer, mid, inner, b_full, inplace, low, high, offset, sign_keep, limit_bits,
+                        over_sign, over_base, inf_nan, nan_canonical)
+        return
     if inplace:
         if b_full or op == COPY:
             _vector_inplace(op, out, b, low, high, offset, sign_keep, limit_bits, over_sign, over_base, inf_nan,
@@ -221,9 +235,6 @@ def binary_round(a, b, out, op, outer, mid, inner, b_full, inplace, low, high, o
                     over_sign, over_base, inf_nan, nan_canonical)
 
 
-# Elements of the accumulator one stretch of :func:`accumulate_f16` covers: it stays in the L1 cache while every
-# product row is added into it.
-_STRETCH = 2048
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
