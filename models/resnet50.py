@@ -360,6 +360,10 @@ def seeded_params(config: ResNetConfig, seed: int) -> dict[str, np.ndarray]:
     return params
 
 
+# config.json of a transformers checkpoint without num_labels or id2label: PretrainedConfig's default.
+TRANSFORMERS_DEFAULT_LABELS = 2
+
+
 # -- loading --------------------------------------------------------------------------------------------------------------
 def _config_from_checkpoint(raw: dict, source: str) -> dict:
     """ResNetConfig fields from a transformers ``config.json``; unsupported variants are a CheckpointError."""
@@ -376,6 +380,8 @@ def _config_from_checkpoint(raw: dict, source: str) -> dict:
         fields["num_labels"] = int(raw["num_labels"])
     elif "id2label" in raw:
         fields["num_labels"] = len(raw["id2label"])
+    else:  # transformers leaves both out of config.json when the labels are its default, two
+        fields["num_labels"] = TRANSFORMERS_DEFAULT_LABELS
     return fields
 
 

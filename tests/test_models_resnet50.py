@@ -220,3 +220,12 @@ def test_bad_inputs(checkpoint, pixel_values, message):
         model({"pixel_values": pixel_values})
     with pytest.raises(InputError, match="missing input.*pixel_values"):
         model({"images": pixel_values})
+
+
+def test_a_checkpoint_with_transformers_default_labels_loads(tmp_path):
+    """transformers writes neither num_labels nor id2label when the labels are its default (two)."""
+    config = HFResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1])
+    ResNetForImageClassification(config).save_pretrained(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    assert "num_labels" not in raw and "id2label" not in raw
+    assert load_model("resnet50", checkpoint=tmp_path).config.num_labels == 2
