@@ -588,6 +588,7 @@ table.sortable th{cursor:pointer;user-select:none}table.sortable th:after{conten
 table.summary th{background:none;font-weight:600;white-space:nowrap}table.summary td,table.summary th{border:none;
 padding:1px 14px 1px 0}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.matrix{font-size:12px}table.matrix td,table.matrix th{padding:2px 5px}
 .v{display:inline-block;min-width:44px;padding:0 6px;border-radius:3px;font-weight:600;font-size:12px;text-align:center}
 .PASS{background:#d9f2df;color:#14532d}.PASSx{background:#fdf3c8;color:#6b4e00}.FAIL{background:#fbd5d5;color:#8b1a1a}
 .XFAIL{background:#e4e7ec;color:#3b4250}.INFO{background:#eef2f7;color:#5a6472}
@@ -660,7 +661,8 @@ def results_html(results: dict) -> str:
 
     headers, rows = matrix(results)
     if rows:
-        body += ["<h2>Verdicts</h2>", _table(headers, rows), f'<p class="note">{esc(matrix_note(results))}</p>']
+        body += ["<h2>Verdicts</h2>", _table(headers, rows, css="matrix"),
+                 f'<p class="note">{esc(matrix_note(results))}</p>']
 
     judged = judged_rows(results)
     if judged:
