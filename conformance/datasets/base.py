@@ -62,6 +62,15 @@ class EvaluationSet:
         return {} if self.scorer is None else self.scorer(outputs)
 
 
+def expect_file(path, expected: str) -> Path:
+    """``path`` as a Path, or a DatasetError when it is a folder where the format is one file (``expected`` says
+    which)."""
+    path = Path(path)
+    if path.is_dir():
+        raise DatasetError(f"{path}: a folder; expected {expected}")
+    return path
+
+
 def sha256_files(paths) -> str:
     """SHA-256 over the bytes of ``paths`` in the given order (each prefixed by its name, so renames count)."""
     h = hashlib.sha256()

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from conformance.accuracy.metrics import MetricError, mean_metric, similarity_score
-from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, sha256_files
 from conformance.datasets.tokenizer import TextTokenizer, load_tokenizer
 
 FORMAT = "cail2019-scm"
@@ -113,9 +113,7 @@ def label_share(triplets: list[Triplet]) -> str:
 
 def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSet:
     """The CAIL2019-SCM evaluation set of ``path`` for roformer, with the checkpoint's tokenizer."""
-    path = Path(path)
-    if path.is_dir():
-        raise DatasetError(f"{path}: is a folder; expected a CAIL2019-SCM JSON-lines file")
+    path = expect_file(path, "a CAIL2019-SCM JSON-lines file")
     if limit is not None and limit < 1:
         raise DatasetError(f"{path}: limit {limit}: expected at least 1 triplet")
     triplets = read_triplets(path)[:limit]

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from conformance.accuracy.metrics import TaskMetric, click_probability, mean_metric, roc_auc
-from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, sha256_files
 
 NUM_INTEGER = 13
 NUM_CATEGORICAL = 26
@@ -107,9 +107,7 @@ def parse_rows(path: Path, bucket_sizes, limit: int | None = None):
 def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSet:
     """The rows of a Criteo TSV as widedeep's ``numeric_features`` and ``categorical_ids``, with click accuracy and
     ROC AUC against the labels. ``checkpoint`` is not used (the model's config carries the bucket sizes)."""
-    path = Path(path)
-    if path.is_dir():
-        raise DatasetError(f"{path}: a directory; expected a Criteo TSV file (e.g. train.txt)")
+    path = expect_file(path, "a Criteo TSV file (e.g. train.txt)")
     config = model.config
     if config.num_numeric != NUM_INTEGER or config.num_categorical != NUM_CATEGORICAL:
         raise DatasetError(f"{path}: Criteo rows have {NUM_INTEGER} integer and {NUM_CATEGORICAL} categorical "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, sha256_files
 
 ARRAYS = ("src", "src_pad_mask")
 
@@ -45,9 +45,7 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
 
 def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSet:
     """The utterances of an npz as the conformer's ``src`` (float32) and ``src_pad_mask`` (bool); no scorer."""
-    path = Path(path)
-    if path.is_dir():
-        raise DatasetError(f"{path}: a directory; expected an .npz file with {', '.join(ARRAYS)}")
+    path = expect_file(path, f"an .npz file with {', '.join(ARRAYS)}")
     arrays = read_arrays(path)
     src, mask = arrays["src"], arrays["src_pad_mask"]
     c = model.config

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from conformance.accuracy.metrics import MAX_ANSWER_TOKENS, MetricError, mean_metric, squad_f1
-from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, sha256_files
 from conformance.datasets.tokenizer import TextTokenizer, load_tokenizer
 
 FORMAT = "squad-v1.1"
@@ -232,9 +232,7 @@ def f1_score(prediction: str, truths) -> float:
 def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSet:
     """The SQuAD v1.1 evaluation set of ``path`` for ``model`` (bert-base or albert), read with the checkpoint's
     tokenizer."""
-    path = Path(path)
-    if path.is_dir():
-        raise DatasetError(f"{path}: is a folder; expected a SQuAD v1.1 JSON file (dev-v1.1.json layout)")
+    path = expect_file(path, "a SQuAD v1.1 JSON file (dev-v1.1.json layout)")
     if limit is not None and limit < 1:
         raise DatasetError(f"{path}: limit {limit}: expected at least 1 question")
     questions = read_questions(path)[:limit]
