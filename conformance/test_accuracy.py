@@ -15,13 +15,15 @@ import numpy as np
 import pytest
 
 from conformance.accuracy import reference
-from conformance.accuracy.diagnosis import diagnose
+from conformance.accuracy.diagnosis import diagnose, local_errors
 from conformance.accuracy.evaluation import (
     UNITS,
     compute_metrics,
     evaluate,
     measure_probes,
     probe_samples,
+    run_hardware,
+    wants_probe,
     worst_samples,
 )
 from conformance.datasets.cache import OutputCache
@@ -115,10 +117,16 @@ class AccuracyRuns:
             self._references[name] = (inputs, outputs)
         return self._references[name]
 
-    def hardware(self, name: str, precision: str) -> dict:
-        """The hardware's outputs at ``precision``, what prepared them (ops with the same numerics: FP8 scales) and
-        the time it took."""
+    def hardware(self, name: str, precision: str, *, probe: bool = False) -> dict:
+        """The hardware's outputs at ``precision``, what prepared them (ops with the same numerics: FP8 scales), the
+        time it took, and with ``probe`` the ops' local errors on the probe samples (see ``run_hardware``; measured
+        in the run, or apart when the run was made for another test without them)."""
         key = (name, precision)
+        if key in self._runs and probe and self._runs[key]["local_errors"] is None:
+            run = self._runs[key]
+            inputs, _ = self.reference(name)
+            samples = probe_samples(inputs, min(len(next(iter(inputs.values()))), self.batch_size(name)))
+            run["local_errors"] = local_errors(self.model_store.get(name), inputs, run["prepared"].ops(), Ops(), samples)
         if key not in self._runs:
             model = self.model_store.get(name)
             inputs, _ = self.reference(name)
@@ -128,10 +136,10 @@ class AccuracyRuns:
                                             batch_size=self.batch_size(name))
             calibrated = time.perf_counter()
             ops = prepared.ops()
-            with np.errstate(all="ignore"):
-                outputs = run_batched(model, inputs, self.batch_size(name), ops)
+            outputs, local = run_hardware(model, inputs, self.batch_size(name), ops, probe=probe)
             self._runs[key] = {
                 "outputs": outputs,
+                "local_errors": local,
                 "prepared": prepared,
                 "details": prepared.details(ops),
                 "calibration_s": calibrated - start,
@@ -176,15 +184,15 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
     count = accuracy_runs.count(name)
     progress_line(pytestconfig, f"accuracy {name} {precision}: {count} samples, batch {accuracy_runs.batch_size(name)}")
     inputs, ref = accuracy_runs.reference(name)
-    run = accuracy_runs.hardware(name, precision)
+    run = accuracy_runs.hardware(name, precision, probe=wants_probe(gates))
     hw = run["outputs"]
 
     metric_sets = {"fp32": compute_metrics(name, ref, ref, inputs, labels)}
     for other in sorted(accuracy_targets.reference_precisions(gates)):
         metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs, labels)
     current = compute_metrics(name, ref, hw, inputs, labels)
-    probe_details = measure_probes(gates, current, accuracy_runs.model_store.get(name), inputs, run["prepared"].ops(),
-                                   Ops(), probe_samples(inputs, min(count, accuracy_runs.batch_size(name))))
+    probe_details = measure_probes(gates, current, run["local_errors"],
+                                   len(probe_samples(inputs, min(count, accuracy_runs.batch_size(name)))))
     evaluations = evaluate(gates, current, metric_sets)
     failed = [e for e in evaluations if e.gate.gating and not e.passed]
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from conformance.accuracy.metrics import snr_db
 from conformance.hardware.ipu.fp8_scales import sample_values
+from conformance.numerics.compiled import signed_error_sums
 
 # A drop of this many dB below the running minimum is a jump: 10 dB is a tenfold increase in error power in one op.
 JUMP_DB = 10.0
@@ -138,7 +139,7 @@ OP_METHODS = ("input", "embedding", "linear", "matmul", "conv2d", "add", "sub", 
 
 def _as_fp32(value):
     if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        return value.astype(np.float32)
+        return value.astype(np.float32, copy=False)
     return value
 
 
@@ -164,7 +165,7 @@ class LocalErrorOps:
                 exact = reference_op(*[_as_fp32(a) for a in args], name=name,
                                      **{k: _as_fp32(v) for k, v in kwargs.items()})
             if not any(np.size(a) == 1 for a in args):  # see _record
-                self._record(attr, name, np.asarray(exact, np.float64), np.asarray(y, np.float64))
+                self._record(attr, name, np.asarray(exact), np.asarray(y))
             return y
 
         return op
@@ -176,27 +177,35 @@ class LocalErrorOps:
         rounding of the results."""
         if exact.shape != y.shape:
             return
-        magnitude = np.abs(exact)
-        finite = np.isfinite(exact) & np.isfinite(y) & (magnitude <= FP16_MAX) & (magnitude >= FP16_SMALLEST_NORMAL)
-        e = (y - exact)[finite]
-        rms = float(np.sqrt(np.mean(e * e))) if e.size else 0.0
-        if rms > 0.0:
-            self.bias.append((kind, name, float(np.mean(e * np.sign(exact[finite]))) / rms, int(e.size)))
+        signed, squares, count = signed_error_sums(y, exact, FP16_SMALLEST_NORMAL, FP16_MAX)
+        if squares > 0.0:
+            rms = float(np.sqrt(squares / count))
+            self.bias.append((kind, name, signed / count / rms, count))
 
 
 def rounding_bias(model, inputs: dict, hardware_ops, reference_ops, samples) -> tuple[float, dict[str, float], list]:
-    """The local bias (see :class:`LocalErrorOps`) on ``samples``, averaged over the ops of each kind (``linear``,
+    """The local bias (see :class:`LocalErrorOps`) on ``samples``, summed up by :func:`summarise_bias`."""
+    return summarise_bias(local_errors(model, inputs, hardware_ops, reference_ops, samples))
+
+
+def local_errors(model, inputs: dict, hardware_ops, reference_ops, samples) -> list[tuple[str, str, float, int]]:
+    """:attr:`LocalErrorOps.bias` of a run of ``samples`` (one batch)."""
+    samples = [int(i) for i in samples]
+    probe = LocalErrorOps(hardware_ops, reference_ops)
+    with np.errstate(all="ignore"):
+        model({k: v[samples] for k, v in inputs.items()}, probe)
+    return probe.bias
+
+
+def summarise_bias(per_op: list[tuple[str, str, float, int]]) -> tuple[float, dict[str, float], list]:
+    """The local biases of a probe run (:attr:`LocalErrorOps.bias`) averaged over the ops of each kind (``linear``,
     ``add``, ``softmax``...) weighted by their elements: the largest in magnitude (signed), the bias of every kind,
     and the per-op values. Per kind, because a fault in one part of the emulator (FP8 operands: the matrix ops)
     biases every op of that kind while the other kinds stay unbiased; kinds with fewer than
     :data:`PROBE_MIN_ELEMENTS` erring elements are left out (a handful of errors, e.g. of weights rounded once, need
     not average out)."""
-    samples = [int(i) for i in samples]
-    probe = LocalErrorOps(hardware_ops, reference_ops)
-    with np.errstate(all="ignore"):
-        model({k: v[samples] for k, v in inputs.items()}, probe)
     kinds: dict[str, list[tuple[float, int]]] = {}
-    for kind, _, b, n in probe.bias:
+    for kind, _, b, n in per_op:
         if kind not in UNPROBED_KINDS:
             kinds.setdefault(kind, []).append((b, n))
     per_kind = {kind: float(np.average([b for b, _ in v], weights=[n for _, n in v]))
@@ -204,4 +213,4 @@ def rounding_bias(model, inputs: dict, hardware_ops, reference_ops, samples) -> 
     if not per_kind:
         return 0.0, {}, []
     worst = max(per_kind.values(), key=abs)
-    return worst, per_kind, probe.bias
+    return worst, per_kind, per_op

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance.accuracy import confidence, metrics
-from conformance.accuracy.diagnosis import PROBE_INPUT_ELEMENTS, rounding_bias
+from conformance.accuracy.diagnosis import PROBE_INPUT_ELEMENTS, LocalErrorOps, summarise_bias
 from conformance.targets import compare
 from conformance.targets.accuracy import PROBE_METRICS, TENSOR_METRICS
+from models import run_batched
+from models.ops import Ops
 
 UNITS = {"snr_db": "dB"}
 
@@ -103,15 +105,37 @@ def probe_samples(inputs: dict, available: int) -> list[int]:
     return list(range(min(wanted, available)))
 
 
-def measure_probes(gates, current: MetricSet, model, inputs: dict, hardware_ops, reference_ops, samples) -> dict:
-    """Measure the probe metrics ``gates`` ask for (the ops' own rounding bias, on ``samples``) into ``current``;
-    returns what to record about them."""
-    if current.nonfinite or not any(g.metric == "rounding_bias" for g in gates):
+def wants_probe(gates) -> bool:
+    """Whether ``gates`` gate a probe metric (the ops' own rounding bias)."""
+    return any(g.metric == "rounding_bias" for g in gates)
+
+
+def run_hardware(model, inputs: dict, batch_size: int, hardware_ops, *, probe: bool) -> tuple[dict, list | None]:
+    """The hardware's outputs over ``inputs``, and with ``probe`` the local errors of every op on the probe samples
+    (:func:`diagnosis.local_errors`). The probe samples (:func:`probe_samples`) run as the first batch, then the rest
+    in batches of ``batch_size``: the same batches whether the probe runs or not. With ``probe`` that first batch
+    runs through :class:`LocalErrorOps` (which passes the hardware's results through as they are), so the probe adds
+    only the FP32 ops of its samples to the run."""
+    count = len(next(iter(inputs.values())))
+    head = len(probe_samples(inputs, min(count, batch_size)))
+    local = LocalErrorOps(hardware_ops, Ops()) if probe else None
+    with np.errstate(all="ignore"):
+        outputs = model({k: v[:head] for k, v in inputs.items()}, local if probe else hardware_ops)
+        if count > head:
+            rest = run_batched(model, {k: v[head:] for k, v in inputs.items()}, batch_size, hardware_ops)
+            outputs = {k: np.concatenate([v, rest[k]]) for k, v in outputs.items()}
+    return outputs, (local.bias if probe else None)
+
+
+def measure_probes(gates, current: MetricSet, local: list | None, samples: int) -> dict:
+    """Put the probe metrics ``gates`` ask for into ``current``, from the local errors of a probe run on ``samples``
+    samples (:func:`run_hardware`); returns what to record about them."""
+    if current.nonfinite or not wants_probe(gates):
         return {}
-    bias, per_kind, per_op = rounding_bias(model, inputs, hardware_ops, reference_ops, samples)
+    bias, per_kind, per_op = summarise_bias(local)
     current.probes["rounding_bias"] = abs(bias)
     return {"rounding_bias_signed": round(bias, 4), "rounding_bias_by_kind": per_kind,
-            "rounding_bias_ops": len(per_op), "rounding_bias_samples": len(samples)}
+            "rounding_bias_ops": len(per_op), "rounding_bias_samples": samples}
 
 
 def _interval(gate, current: MetricSet, base: MetricSet | None) -> tuple[dict, bool | None]:

@@ -26,13 +26,19 @@ from typing import Callable
 import numpy as np
 
 from conformance.accuracy import reference
-from conformance.accuracy.evaluation import compute_metrics, evaluate, measure_probes, probe_samples
+from conformance.accuracy.evaluation import (
+    compute_metrics,
+    evaluate,
+    measure_probes,
+    probe_samples,
+    run_hardware,
+    wants_probe,
+)
 from conformance.hardware import get_backend
 from conformance.hardware.ipu.faults import FAULT_NAMES, get_fault
 from conformance.targets import accuracy as accuracy_targets
 from conformance.targets.profiles import load_profiles
 from models import load_model, run_batched
-from models.ops import Ops
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
 SCHEMA = "ipu-conformance/sensitivity/1"
@@ -87,11 +93,10 @@ class _Study:
         """The emulator's outputs at ``precision`` and their metrics, the probes the gates ask for included, as the
         accuracy test measures them (with whatever fault is injected around the call)."""
         prepared = self.backend.prepare(self.model, precision, batch_size=self.batch_size)
-        with np.errstate(all="ignore"):
-            outputs = run_batched(self.model, self.inputs, self.batch_size, prepared.ops())
+        gates = accuracy_targets.gates_for(HARDWARE, self.name, precision)
+        outputs, local = run_hardware(self.model, self.inputs, self.batch_size, prepared.ops(), probe=wants_probe(gates))
         metrics = self.metrics(outputs)
-        measure_probes(accuracy_targets.gates_for(HARDWARE, self.name, precision), metrics, self.model, self.inputs,
-                       prepared.ops(), Ops(), probe_samples(self.inputs, min(self.count, self.batch_size)))
+        measure_probes(gates, metrics, local, len(probe_samples(self.inputs, min(self.count, self.batch_size))))
         return outputs, metrics
 
     def clean(self, precision: str) -> tuple[dict, object]:

@@ -303,3 +303,23 @@ def channels_first(src, dst, first, stop):
                     for c in range(c0, c1):
                         for r in range(r0, r1):
                             dst[b, g, c, r] = src[g, b, r, c]
+
+
+@numba.njit(cache=True, nogil=True)
+def signed_error_sums(y, exact, low, high):
+    """Over the elements of flat float32 arrays where ``y`` is finite and ``low <= |exact| <= high`` (so finite and
+    non-zero), with e = y - exact in float64: (sum of e * sign(exact), sum of e^2, their count). One pass, no
+    temporaries."""
+    signed = 0.0
+    squares = 0.0
+    count = 0
+    for i in range(y.size):
+        x = np.float64(exact[i])
+        v = np.float64(y[i])
+        m = abs(x)
+        if m >= low and m <= high and np.isfinite(v):
+            e = v - x
+            signed += e if x > 0.0 else -e
+            squares += e * e
+            count += 1
+    return signed, squares, count

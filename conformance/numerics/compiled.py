@@ -124,3 +124,19 @@ def accumulator(kernels, rounding):
 def max_magnitude(kernels, x: np.ndarray) -> float:
     """``max(|x|)`` of a C-contiguous float32 array in one compiled pass (NaN when x holds a NaN, 0 when empty)."""
     return float(kernels.max_magnitude(x.reshape(-1)))
+
+
+def signed_error_sums(y: np.ndarray, exact: np.ndarray, low: float, high: float) -> tuple[float, float, int]:
+    """With e = y - exact (float64) over the elements where ``y`` is finite and ``low <= |exact| <= high``: (sum of
+    e * sign(exact), sum of e^2, count). One compiled pass for float32 arrays of one shape on the compiled path
+    (float64 sums in element order); numpy otherwise (pairwise sums: the same up to the last bits)."""
+    kernels = jit()
+    if kernels is not None and y.dtype == np.float32 and exact.dtype == np.float32 and y.shape == exact.shape:
+        signed, squares, count = kernels.signed_error_sums(np.ravel(y), np.ravel(exact), float(low), float(high))
+        return float(signed), float(squares), int(count)
+    y64, exact64 = np.asarray(y, np.float64), np.asarray(exact, np.float64)
+    with np.errstate(invalid="ignore"):
+        magnitude = np.abs(exact64)
+        kept = np.isfinite(y64) & (magnitude >= low) & (magnitude <= high)
+    e = (y64 - exact64)[kept]
+    return float(np.sum(e * np.sign(exact64[kept]))), float(np.sum(e * e)), int(e.size)
