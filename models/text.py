@@ -6,7 +6,9 @@ Every sample draws from its own random stream keyed by ``(seed, sample index)``,
 depend on the batch size.
 
 SQuAD-like rows carry a planted answer (:func:`squad_examples`) so that the seeded QA heads can be fitted to find it, as a
-trained model finds its answers (see :func:`models.encoder.fit_span_head`).
+trained model finds its answers (see :func:`models.encoder.fit_span_head`). CAIL-like pairs carry a planted similarity
+(:func:`cail_examples`: keywords shared with A) so that roformer's seeded similarity head can be fitted to it, which
+puts its FP32 pair margins well clear of FP8 rounding noise (measured in :mod:`models.roformer`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ SQUAD_ANSWER_WORDS = 1
 CAIL_TEXT_MEAN = 680.0
 CAIL_TEXT_STD = 180.0
 CAIL_TEXT_MIN = 64
+# Planted similarity (see cail_examples): the fraction of a text's tokens that are its topic's keywords, and how many
+# keyword ids each of the two topics has at most.
+CAIL_TOPIC_FRACTION = 0.5
+CAIL_TOPIC_WORDS = 4
 
 # Zipf-Mandelbrot law over word ranks: p(rank r) ~ 1 / (r + ZIPF_SHIFT) ** ZIPF_EXPONENT (natural-language fit).
 ZIPF_EXPONENT = 1.05
@@ -83,10 +89,11 @@ def zipf_words(rng: np.random.Generator, vocab: Vocabulary, count: int) -> np.nd
     return (vocab.first_word + np.minimum(ranks, cdf.size - 1)).astype(np.int64)
 
 
-def _pair_row(rng, vocab: Vocabulary, len_a: int, len_b: int, seq_len: int, words_a=None):
-    """One row [CLS] a [SEP] b [SEP] with segment ids 0/1, padded with [PAD] (mask 0) and cut to ``seq_len``."""
+def _pair_row(rng, vocab: Vocabulary, len_a: int, len_b: int, seq_len: int, words_a=None, words_b=None):
+    """One row [CLS] a [SEP] b [SEP] with segment ids 0/1, padded with [PAD] (mask 0) and cut to ``seq_len``; the texts
+    are ``words_a`` / ``words_b`` where given, else Zipf words drawn from ``rng``."""
     a = zipf_words(rng, vocab, len_a) if words_a is None else words_a
-    b = zipf_words(rng, vocab, len_b)
+    b = zipf_words(rng, vocab, len_b) if words_b is None else words_b
     ids = np.concatenate([[vocab.cls], a, [vocab.sep], b, [vocab.sep]])[:seq_len]
     segments = np.concatenate([np.zeros(len_a + 2, np.int64), np.ones(len_b + 1, np.int64)])[:seq_len]
     row_ids = np.full(seq_len, vocab.pad, np.int64)
@@ -142,24 +149,62 @@ def squad_like(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> d
     return squad_examples(batch_size, seed, seq_len, vocab)[0]
 
 
-def cail_like_pairs(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> dict[str, np.ndarray]:
-    """CAIL2019-SCM-like case pairs: triplet t gives samples 2t = (A, B) and 2t+1 = (A, C), the same text A first, so
-    ``score[0::2] > score[1::2]`` is the seed benchmark's metric. Texts ~N(680, 180) tokens, the longer one cut first."""
-    rows = []
+def topic_words(vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray]:
+    """The shared topic's keyword ids and the other topic's: two sets of up to CAIL_TOPIC_WORDS ids just below
+    :func:`answer_words`' (the rarest ranks but those), so the Zipf statistics of everything else barely change."""
+    count = int(np.clip((vocab.size - vocab.first_word) // 16, 1, CAIL_TOPIC_WORDS))
+    end = answer_words(vocab)[0][0]  # the first answer word
+    other = np.arange(end - count, end)
+    return other - count, other
+
+
+def cail_examples(batch_size: int, seed: int, seq_len: int,
+                  vocab: Vocabulary) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """CAIL2019-SCM-like case pairs and which row of each pair is the similar one: triplet t gives samples 2t = (A, B)
+    and 2t+1 = (A, C), the same text A first, so ``score[0::2] > score[1::2]`` is the seed benchmark's metric. Texts
+    ~N(680, 180) tokens (at least 64), ``[CLS] A [SEP] B [SEP]`` cut to ``seq_len`` by dropping tokens from the end
+    of the longer text.
+
+    Similarity is planted in the content, as two cases about the same kind of dispute share its terms: A and exactly one
+    of B, C (which one drawn from the triplet's own stream) draw CAIL_TOPIC_FRACTION of their tokens from the shared
+    topic's keywords (:func:`topic_words`), the other text as many from the other topic's keywords; all other tokens are
+    Zipf words, in which the keyword ids do not occur. Returns the inputs and, per row, whether it is the similar one
+    (exactly one of rows 2t, 2t+1; the last triplet of an odd batch keeps only its row 2t)."""
+    shared, other = topic_words(vocab)
+    reserved = shared[0]
+    rows, similar = [], np.zeros(batch_size, bool)
     for index in range(batch_size):
         triplet, second = divmod(index, 2)
         rng_a = np.random.default_rng([seed, triplet, 0])
         rng_b = np.random.default_rng([seed, triplet, 1 + second])
         len_a = max(int(round(rng_a.normal(CAIL_TEXT_MEAN, CAIL_TEXT_STD))), CAIL_TEXT_MIN)
         len_b = max(int(round(rng_b.normal(CAIL_TEXT_MEAN, CAIL_TEXT_STD))), CAIL_TEXT_MIN)
-        words_a = zipf_words(rng_a, vocab, len_a)
+        words_a = _with_keywords(rng_a, vocab, zipf_words(rng_a, vocab, len_a), shared, reserved)
+        similar[index] = second == rng_a.integers(2)
+        words_b = _with_keywords(rng_b, vocab, zipf_words(rng_b, vocab, len_b), shared if similar[index] else other,
+                                 reserved)
         while len_a + len_b + 3 > seq_len and len_a + len_b > 0:
             if len_a > len_b:
                 len_a -= 1
             else:
                 len_b -= 1
-        rows.append(_pair_row(rng_b, vocab, len_a, len_b, seq_len, words_a=words_a[:len_a]))
-    return _stack(rows, ("input_ids", "token_type_ids", "attention_mask"))
+        rows.append(_pair_row(rng_b, vocab, len_a, len_b, seq_len, words_a=words_a[:len_a], words_b=words_b[:len_b]))
+    return _stack(rows, ("input_ids", "token_type_ids", "attention_mask")), similar
+
+
+def _with_keywords(rng, vocab: Vocabulary, words: np.ndarray, keywords: np.ndarray, reserved: int) -> np.ndarray:
+    """``words`` with the Zipf draws of reserved ids (``reserved`` on) made ordinary words and CAIL_TOPIC_FRACTION of
+    the positions (drawn from ``rng``) replaced by random ``keywords``."""
+    words = np.where(words >= reserved, vocab.first_word + (words - reserved) % (reserved - vocab.first_word), words)
+    count = int(round(CAIL_TOPIC_FRACTION * words.size))
+    places = rng.choice(words.size, size=count, replace=False)
+    words[places] = rng.choice(keywords, size=count)
+    return words
+
+
+def cail_like_pairs(batch_size: int, seed: int, seq_len: int, vocab: Vocabulary) -> dict[str, np.ndarray]:
+    """The inputs of :func:`cail_examples` (without which row is the similar one)."""
+    return cail_examples(batch_size, seed, seq_len, vocab)[0]
 
 
 def _stack(rows, names) -> dict[str, np.ndarray]:
