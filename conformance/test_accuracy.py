@@ -192,7 +192,8 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
         metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs, labels)
     current = compute_metrics(name, ref, hw, inputs, labels)
     probe_details = measure_probes(gates, current, run["local_errors"],
-                                   len(probe_samples(inputs, min(count, accuracy_runs.batch_size(name)))))
+                                   len(probe_samples(inputs, min(count, accuracy_runs.batch_size(name)))),
+                                   lambda: backend.op_checks(name, precision, run["details"].get("fp8_scales")))
     evaluations = evaluate(gates, current, metric_sets)
     failed = [e for e in evaluations if e.gate.gating and not e.passed]
 

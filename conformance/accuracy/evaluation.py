@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -106,8 +107,13 @@ def probe_samples(inputs: dict, available: int) -> list[int]:
 
 
 def wants_probe(gates) -> bool:
-    """Whether ``gates`` gate a probe metric (the ops' own rounding bias)."""
+    """Whether ``gates`` gate the ops' own rounding bias (the probe that rides on the hardware run)."""
     return any(g.metric == "rounding_bias" for g in gates)
+
+
+def wants_op_checks(gates) -> bool:
+    """Whether ``gates`` gate the backend's op-level checks against an independent oracle."""
+    return any(g.metric == "op_mismatches" for g in gates)
 
 
 def run_hardware(model, inputs: dict, batch_size: int, hardware_ops, *, probe: bool) -> tuple[dict, list | None]:
@@ -127,14 +133,24 @@ def run_hardware(model, inputs: dict, batch_size: int, hardware_ops, *, probe: b
     return outputs, (local.bias if probe else None)
 
 
-def measure_probes(gates, current: MetricSet, local: list | None, samples: int) -> dict:
+def measure_probes(gates, current: MetricSet, local: list | None, samples: int,
+                   op_checks: Callable[[], tuple[int, dict] | None] | None = None) -> dict:
     """Put the probe metrics ``gates`` ask for into ``current``, from the local errors of a probe run on ``samples``
-    samples (:func:`run_hardware`); returns what to record about them."""
+    samples (:func:`run_hardware`) and the backend's op-level checks of the case (``op_checks()``: (mismatches,
+    details), None when the backend has none; they do not depend on the outputs, so they run even when those are not
+    finite); returns what to record about them."""
+    recorded = {}
+    if wants_op_checks(gates) and op_checks is not None:
+        checked = op_checks()
+        if checked is not None:
+            mismatches, details = checked
+            current.probes["op_mismatches"] = float(mismatches)
+            recorded.update(op_mismatches=int(mismatches), op_checks=details)
     if current.nonfinite or not wants_probe(gates):
-        return {}
+        return recorded
     bias, per_kind, per_op = summarise_bias(local)
     current.probes["rounding_bias"] = abs(bias)
-    return {"rounding_bias_signed": round(bias, 4), "rounding_bias_by_kind": per_kind,
+    return {**recorded, "rounding_bias_signed": round(bias, 4), "rounding_bias_by_kind": per_kind,
             "rounding_bias_ops": len(per_op), "rounding_bias_samples": samples}
 
 

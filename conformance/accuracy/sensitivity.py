@@ -9,7 +9,8 @@ run: the fault is judged against the truth, not against a run that has the fault
 - ``caught``: at least one gating check caught it (``caught_by``; non-gating checks that did are ``flagged_by``);
 - ``not caught``: the outputs changed and no gating check caught it;
 - ``not triggered``: the outputs are bit for bit those of the correct emulator (e.g. nothing overflows, so NaN on
-  overflow cannot show): no gate can see it on these samples;
+  overflow cannot show) and so are the op-level checks' mismatches (``op_mismatches``, whose probes run under the
+  fault too): no gate can see it on these samples;
 - ``n/a``: the fault does not apply to the precision (e.g. an FP8 fault at fp16).
 
 Everything returned is plain data (JSON-ready): :func:`run` gives the whole study (a model whose stored FP32
@@ -94,9 +95,12 @@ class _Study:
         accuracy test measures them (with whatever fault is injected around the call)."""
         prepared = self.backend.prepare(self.model, precision, batch_size=self.batch_size)
         gates = accuracy_targets.gates_for(HARDWARE, self.name, precision)
-        outputs, local = run_hardware(self.model, self.inputs, self.batch_size, prepared.ops(), probe=wants_probe(gates))
+        ops = prepared.ops()
+        outputs, local = run_hardware(self.model, self.inputs, self.batch_size, ops, probe=wants_probe(gates))
         metrics = self.metrics(outputs)
-        measure_probes(gates, metrics, local, len(probe_samples(self.inputs, min(self.count, self.batch_size))))
+        scales = prepared.details(ops).get("fp8_scales")
+        measure_probes(gates, metrics, local, len(probe_samples(self.inputs, min(self.count, self.batch_size))),
+                       lambda: self.backend.op_checks(self.name, precision, scales))
         return outputs, metrics
 
     def clean(self, precision: str) -> tuple[dict, object]:
@@ -135,7 +139,9 @@ def _fault_case(study: _Study, precision: str, fault, gates, reference_sets, bas
         outputs, faulty_metrics = study.run(precision)
     entry["changed"] = injection.changed
     entry["seconds"] = round(time.perf_counter() - start, 2)
-    if _same_bits(outputs, study.clean(precision)[0]):
+    clean_outputs, clean_metrics = study.clean(precision)
+    if (_same_bits(outputs, clean_outputs)
+            and faulty_metrics.probes.get("op_mismatches") == clean_metrics.probes.get("op_mismatches")):
         entry["status"] = "not triggered"
         entry["reason"] = (f"outputs bit-identical to the correct emulator's: {fault.idle}" if injection.changed == 0
                            else f"outputs bit-identical to the correct emulator's although the fault acted "

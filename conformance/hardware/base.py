@@ -123,6 +123,12 @@ class Backend(abc.ABC):
     def loadgen_device(self, model, precision: str, workload: Workload) -> Device:
         """The device LoadGen's scenarios drive for ``model`` at ``precision`` on ``workload``."""
 
+    def op_checks(self, model_name: str, precision: str, run_fp8_scales: dict | None = None) -> tuple[int, dict] | None:
+        """Op-level numerics checks of the pair against an independent oracle: (mismatches, what each probe compared
+        and its first mismatch); ``run_fp8_scales``: the FP8 scales the model's run used (op -> operand -> scale).
+        None: the backend has no such checks (a gate on ``op_mismatches`` then fails as not computed)."""
+        return None
+
     def versions(self) -> dict[str, str]:
         """Versions of what this backend runs on, for the report header."""
         return {}

@@ -39,6 +39,7 @@ TENSOR_METRICS = (
     "snr_db",
     "error_bias",
     "rounding_bias",
+    "op_mismatches",
 )
 TASK_METRICS = {
     "resnet50": ("top1_agreement", "top5_agreement"),
@@ -76,8 +77,11 @@ TENSOR_BOUNDS = {
     "error_bias": ("max", 0.0, 1.0),
     "rounding_bias": ("max", 0.0, 1.0),
 }
-# Metrics measured by running the hardware's ops op by op against FP32 ops on the same inputs, not on the outputs.
-PROBE_METRICS = ("rounding_bias",)
+# Counts, whose ceiling is a whole number >= 0 (0: none allowed).
+COUNT_METRICS = ("op_mismatches",)
+# Metrics measured on the hardware's ops, not on the outputs: op by op against FP32 ops on the same inputs
+# (rounding_bias), and probe computations against an independent oracle of the formats (op_mismatches).
+PROBE_METRICS = ("rounding_bias", "op_mismatches")
 
 
 class TargetsError(DataFileError):
@@ -215,7 +219,8 @@ def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> li
     base = dict(hardware=hardware, model=model, precision=precision, metric=metric, line=line)
     if "ratio" in spec:
         if metric in TENSOR_METRICS:
-            raise TargetsError(f"{at}: {metric} is a tensor metric: give an absolute bound (min or max), not a ratio")
+            what = "a probe metric" if metric in PROBE_METRICS else "a tensor metric"
+            raise TargetsError(f"{at}: {metric} is {what}: give an absolute bound (min or max), not a ratio")
         of = _relative_to(spec, at, metric, precision, precisions)
         _check_ratio(spec["ratio"], f"{at}: {metric}.ratio")
         out = [Gate(op=">=", of=of, ratio=float(spec["ratio"]), bound=None, gating=True, **base)]
@@ -240,6 +245,12 @@ def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> li
     if metric in TASK_METRICS.get(model, ()) + LABEL_METRICS.get(model, ()) or metric in EXTRA_CASES.get(model, ()):
         if not 0.0 < bound <= 1.0:
             raise TargetsError(f"{at}: {metric}.{kind} = {spec[kind]!r}: a task metric's bound must lie in (0, 1]")
+    elif metric in COUNT_METRICS:
+        if kind != "max":
+            raise TargetsError(f"{at}: {metric} is a count (lower when the hardware is closer to the oracle): give a "
+                               f"max bound, not {kind}")
+        if math.isinf(bound) or bound < 0 or bound != math.floor(bound):
+            raise TargetsError(f"{at}: {metric}.max = {spec[kind]!r} is not a whole number >= 0")
     elif metric in TENSOR_BOUNDS:
         wanted, low, high = TENSOR_BOUNDS[metric]
         if kind != wanted:

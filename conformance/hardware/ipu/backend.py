@@ -9,7 +9,7 @@ import numpy as np
 
 from conformance.hardware.base import Backend, Prepared, UnsupportedCombination
 from conformance.hardware.devices import Workload
-from conformance.hardware.ipu import fp8_scales
+from conformance.hardware.ipu import fp8_scales, op_checks
 from conformance.hardware.ipu.ops import Fp8Plan, IpuOps
 from conformance.hardware.ipu.policy import PRECISIONS_FILE, Fp8Settings, Policy, load_precisions
 from conformance.hardware.ipu.simulated import SimulatedIpu
@@ -114,6 +114,10 @@ class IpuBackend(Backend):
             self._devices[key] = device
         device.reset()
         return device
+
+    def op_checks(self, model_name: str, precision: str, run_fp8_scales: dict | None = None) -> tuple[int, dict]:
+        """Probes through the ops the models use, against IEEE FP16 and ml_dtypes' FP8 (:mod:`.op_checks`)."""
+        return op_checks.op_checks(self, model_name, precision, run_fp8_scales)
 
     def timing_model(self) -> dict:
         chip = get_device(self.chip)
