@@ -61,6 +61,12 @@ def _evaluation(e) -> dict:
             "description": e.describe()}
 
 
+def _gates(model: str, precision: str) -> list:
+    """The case's gates that apply without labels (the study runs the evaluation set, which has none: the gates of
+    the label metrics of a user's data set do not apply)."""
+    return accuracy_targets.applicable(accuracy_targets.gates_for(HARDWARE, model, precision), labelled=False)
+
+
 class _Study:
     """One model's FP32 reference and its correct runs, each computed once, at one profile's sample count."""
 
@@ -94,7 +100,7 @@ class _Study:
         """The emulator's outputs at ``precision`` and their metrics, the probes the gates ask for included, as the
         accuracy test measures them (with whatever fault is injected around the call)."""
         prepared = self.backend.prepare(self.model, precision, batch_size=self.batch_size)
-        gates = accuracy_targets.gates_for(HARDWARE, self.name, precision)
+        gates = _gates(self.name, precision)
         ops = prepared.ops()
         outputs, local = run_hardware(self.model, self.inputs, self.batch_size, ops, probe=wants_probe(gates))
         metrics = self.metrics(outputs)
@@ -158,7 +164,7 @@ def _fault_case(study: _Study, precision: str, fault, gates, reference_sets, bas
 
 
 def _case(study: _Study, precision: str, faults, log) -> dict:
-    gates = accuracy_targets.gates_for(HARDWARE, study.name, precision)
+    gates = _gates(study.name, precision)
     start = time.perf_counter()
     reference_sets = {"fp32": study.metrics(study.reference)}
     for other in sorted(accuracy_targets.reference_precisions(gates)):
