@@ -8,6 +8,7 @@ evaluation that says how many values and in which output (the metrics are not co
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -141,11 +142,13 @@ def measure_probes(gates, current: MetricSet, local: list | None, samples: int,
     finite); returns what to record about them."""
     recorded = {}
     if wants_op_checks(gates) and op_checks is not None:
+        start = time.perf_counter()
         checked = op_checks()
         if checked is not None:
             mismatches, details = checked
             current.probes["op_mismatches"] = float(mismatches)
-            recorded.update(op_mismatches=int(mismatches), op_checks=details)
+            recorded.update(op_mismatches=int(mismatches), op_checks=details,
+                            op_checks_s=round(time.perf_counter() - start, 4))
     if current.nonfinite or not wants_probe(gates):
         return recorded
     bias, per_kind, per_op = summarise_bias(local)

@@ -31,7 +31,6 @@ block sums in FP32: a model of the hardware, not a rounding). The probes:
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import ml_dtypes
 import numpy as np
@@ -255,7 +254,6 @@ def op_checks(backend, model_name: str, precision: str, run_fp8_scales: dict | N
     (mismatches in all probes, per probe its mismatches, values compared and first mismatch). ``run_fp8_scales``: the
     FP8 scales the model's run used (op -> operand -> scale, ``IpuOps.scales_used``), needed when the model's FP8
     policy has a skip list."""
-    start = time.perf_counter()
     policy = backend.policy(precision)
     settings = None
     if policy.uses_fp8:
@@ -276,4 +274,4 @@ def op_checks(backend, model_name: str, precision: str, run_fp8_scales: dict | N
                              f"{PRECISIONS_FILE.name} is checked against the run's FP8 scales, and none were given")
         probes["skip_list"] = _skip_list(settings, run_fp8_scales)
     mismatches = sum(p["mismatches"] for p in probes.values())
-    return mismatches, {"probes": probes, "seconds": round(time.perf_counter() - start, 4)}
+    return mismatches, {"probes": probes}
