@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.accuracy.evaluation import Evaluation, MetricSet, evaluate
+from conformance.accuracy.evaluation import Evaluation, MetricSet, evaluate, measure_probes
 from conformance.plugin import SETTINGS_KEY, progress_line
 from conformance.targets import accuracy as accuracy_targets
 from models import load_model, run_batched
@@ -163,6 +163,8 @@ def test_minilm(minilm_precision, settings, backend, minilm, record_check, pytes
         current = MetricSet({}, {}, {"last_hidden_state": nonfinite})
     else:
         current = MetricSet(embedding_metrics(fp32, sentence_embeddings(hidden, evaluation["attention_mask"])), {}, {})
+    details.update(measure_probes(gates, current, None, 0,
+                                  lambda: backend.op_checks(CASE, precision, details.get("fp8_scales"))))
     evaluations: list[Evaluation] = evaluate(gates, current, {})
     for e in evaluations:
         record_check(kind="accuracy", model=CASE, precision=precision, check=e.gate.check, value=e.value,
