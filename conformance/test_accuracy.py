@@ -125,7 +125,7 @@ class AccuracyRuns:
         if key in self._runs and probe and self._runs[key]["local_errors"] is None:
             run = self._runs[key]
             inputs, _ = self.reference(name)
-            samples = probe_samples(inputs, min(len(next(iter(inputs.values()))), self.batch_size(name)))
+            samples = probe_samples(inputs, self.batch_size(name))
             run["local_errors"] = local_errors(self.model_store.get(name), inputs, run["prepared"].ops(), Ops(), samples)
         if key not in self._runs:
             model = self.model_store.get(name)
@@ -192,7 +192,7 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
         metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs, labels)
     current = compute_metrics(name, ref, hw, inputs, labels)
     probe_details = measure_probes(gates, current, run["local_errors"],
-                                   len(probe_samples(inputs, min(count, accuracy_runs.batch_size(name)))),
+                                   len(probe_samples(inputs, accuracy_runs.batch_size(name))),
                                    lambda: backend.op_checks(name, precision, run["details"].get("fp8_scales")))
     evaluations = evaluate(gates, current, metric_sets)
     failed = [e for e in evaluations if e.gate.gating and not e.passed]

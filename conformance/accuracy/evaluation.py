@@ -99,9 +99,11 @@ def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: di
     return MetricSet({name: m.value for name, m in units.items()}, tensor, {}, units)
 
 
-def probe_samples(inputs: dict, available: int) -> list[int]:
+def probe_samples(inputs: dict, batch_size: int) -> list[int]:
     """The samples the probes run on: the first ones that hold :data:`PROBE_INPUT_ELEMENTS` input values (two at
-    least, ``available`` at most): two images or sequences, a hundred-odd wide&deep rows."""
+    least, one batch of ``batch_size`` and the samples there are at most): two images or sequences, a hundred-odd
+    wide&deep rows."""
+    available = min(len(next(iter(inputs.values()))), batch_size)
     per_sample = sum(int(np.prod(np.shape(v)[1:], dtype=np.int64)) for v in inputs.values())
     wanted = max(2, -(-PROBE_INPUT_ELEMENTS // max(per_sample, 1)))
     return list(range(min(wanted, available)))
@@ -124,7 +126,7 @@ def run_hardware(model, inputs: dict, batch_size: int, hardware_ops, *, probe: b
     runs through :class:`LocalErrorOps` (which passes the hardware's results through as they are), so the probe adds
     only the FP32 ops of its samples to the run."""
     count = len(next(iter(inputs.values())))
-    head = len(probe_samples(inputs, min(count, batch_size)))
+    head = len(probe_samples(inputs, batch_size))
     local = LocalErrorOps(hardware_ops, Ops()) if probe else None
     with np.errstate(all="ignore"):
         outputs = model({k: v[:head] for k, v in inputs.items()}, local if probe else hardware_ops)

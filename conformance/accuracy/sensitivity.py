@@ -105,7 +105,7 @@ class _Study:
         outputs, local = run_hardware(self.model, self.inputs, self.batch_size, ops, probe=wants_probe(gates))
         metrics = self.metrics(outputs)
         scales = prepared.details(ops).get("fp8_scales")
-        measure_probes(gates, metrics, local, len(probe_samples(self.inputs, min(self.count, self.batch_size))),
+        measure_probes(gates, metrics, local, len(probe_samples(self.inputs, self.batch_size)),
                        lambda: self.backend.op_checks(self.name, precision, scales))
         return outputs, metrics
 
