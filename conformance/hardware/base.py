@@ -28,6 +28,8 @@ from models.ops import Ops, Recorder
 
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 AUDITS = ("TEST01", "TEST04")
+# The benchmarks of LoadGen's built-in mlperf.conf that the suite's models stand for (their settings and seeds).
+MLPERF_BENCHMARKS = ("resnet50", "bert", "dlrm-v2", "rnnt")
 TIMINGS = ("measured", "simulated")
 
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import mlperf_loadgen as lg
-
 from conformance.hardware.base import AUDITS
 from conformance.perf.harness import ScenarioResult, ScenarioSettings, scenario_metric
 from conformance.targets.audit import AuditConfig
@@ -60,36 +58,14 @@ def audit_matrix(targets, config: AuditConfig) -> tuple[list[AuditCase], dict[st
 
 
 # -- LoadGen settings of the audit runs -----------------------------------------------------------------------------
-@dataclass
 class AuditSettings(ScenarioSettings):
-    """A scenario's settings plus the audit's LoadGen fields (what MLPerf's audit.config files set)."""
-
-    mode: str = "PerformanceOnly"  # or "AccuracyOnly"
-    accuracy_log_sampling_target: int = 0
-    accuracy_log_rng_seed: int = 0
-    issue_same_index: int | None = None  # performance_issue_same with this index into the loaded sample set
+    """A scenario's settings with the audit's LoadGen fields set (what MLPerf's audit.config files set)."""
 
     @classmethod
     def from_settings(cls, settings: ScenarioSettings, **changes) -> "AuditSettings":
         """``settings`` with the audit's fields (and any scenario field) changed."""
         base = {k: getattr(settings, k) for k in ScenarioSettings.__dataclass_fields__}
         return cls(**{**base, **changes})
-
-    def loadgen_settings(self):
-        s = super().loadgen_settings()
-        if self.mode not in ("PerformanceOnly", "AccuracyOnly"):
-            raise ValueError(f"audit run mode {self.mode!r}; expected PerformanceOnly or AccuracyOnly")
-        s.mode = getattr(lg.TestMode, self.mode)
-        s.accuracy_log_sampling_target = int(self.accuracy_log_sampling_target)
-        s.accuracy_log_rng_seed = int(self.accuracy_log_rng_seed)
-        if self.issue_same_index is not None:
-            if not 0 <= self.issue_same_index < self.performance_sample_count:
-                raise ValueError(f"performance_issue_same_index {self.issue_same_index} is outside the "
-                                 f"{self.performance_sample_count} loaded samples")
-            s.performance_issue_unique = False
-            s.performance_issue_same = True
-            s.performance_issue_same_index = int(self.issue_same_index)
-        return s
 
 
 def performance_score(result: ScenarioResult, early_stopping: bool = True) -> tuple[float | None, str]:

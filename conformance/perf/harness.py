@@ -20,7 +20,7 @@ from pathlib import Path
 import mlperf_loadgen as lg
 import numpy as np
 
-from conformance.hardware.base import SCENARIOS
+from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
 from conformance.hardware.devices import Device
 from conformance.perf.interrupts import deferred_interrupts
 from conformance.perf.sut import BatchingSUT
@@ -57,9 +57,43 @@ def scenario_metric(scenario: str, details: dict, early_stopping: bool = True) -
     return (None if raw is None else float(raw) / 1e6), f"{tail} latency (too few queries for an early-stopping estimate)"
 
 
+TEST_MODES = ("PerformanceOnly", "AccuracyOnly")
+
+
+def mlperf_conf_settings(benchmark: str, scenario: str):
+    """LoadGen's ``TestSettings`` as its built-in mlperf.conf sets them for ``benchmark`` in ``scenario``
+    (``TestSettings.FromConfig`` with ``conf_type`` 0: the embedded file alone): seeds, per-model minimums, the Server
+    latency bound."""
+    if benchmark not in MLPERF_BENCHMARKS:
+        raise ValueError(f"unknown mlperf.conf benchmark {benchmark!r}; expected one of: {', '.join(MLPERF_BENCHMARKS)}")
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; expected one of: {', '.join(SCENARIOS)}")
+    s = lg.TestSettings()
+    s.scenario = getattr(lg.TestScenario, scenario)
+    status = s.FromConfig("", benchmark, scenario, 0)
+    if status != 0:
+        raise RuntimeError(f"LoadGen could not read its built-in mlperf.conf for {benchmark} {scenario} (status {status})")
+    return s
+
+
+@dataclass(frozen=True)
+class RngSeeds:
+    """LoadGen's seeds of a run (``TestSettings``): the QSL's sample set, the sample indices, the Server schedule."""
+
+    qsl: int
+    sample_index: int
+    schedule: int
+
+
 @dataclass
 class ScenarioSettings:
-    """What one LoadGen run is asked to do. Times in seconds unless the name says otherwise."""
+    """What one LoadGen run is asked to do. Times in seconds unless the name says otherwise.
+
+    With ``mlperf_model`` (a benchmark of LoadGen's built-in mlperf.conf), the run starts from mlperf.conf's settings
+    for it, seeds included, as ``TestSettings.FromConfig`` applies them; the fields here then override the run's length
+    and counts (a profile shorter than MLPerf's 600 s says so), the expected latency or QPS and the Server bound.
+    Without it, LoadGen's defaults (seeds 0). ``mode``, the accuracy-log fields and ``issue_same_index`` are what the
+    compliance audits' ``audit.config`` files set."""
 
     scenario: str
     min_duration_ms: int = 10_000
@@ -70,20 +104,46 @@ class ScenarioSettings:
     target_qps: float = 100.0  # Server: Poisson arrival rate; Offline: expected throughput (sizes the one query)
     server_latency_ms: float = 10.0  # Server: the p99 latency bound
     samples_per_query: int = MULTISTREAM_SAMPLES_PER_QUERY
+    mlperf_model: str | None = None
+    mode: str = "PerformanceOnly"  # or "AccuracyOnly"
+    accuracy_log_sampling_target: int = 0
+    accuracy_log_rng_seed: int = 0
+    issue_same_index: int | None = None  # performance_issue_same with this index into the loaded sample set
 
     def __post_init__(self):
         if self.scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {self.scenario!r}; expected one of: {', '.join(SCENARIOS)}")
+        if self.mode not in TEST_MODES:
+            raise ValueError(f"LoadGen test mode {self.mode!r}; expected one of: {', '.join(TEST_MODES)}")
+        if self.mlperf_model is not None and self.mlperf_model not in MLPERF_BENCHMARKS:
+            raise ValueError(f"unknown mlperf.conf benchmark {self.mlperf_model!r}; expected one of: "
+                             f"{', '.join(MLPERF_BENCHMARKS)}")
 
     @property
     def expected_latency_ns(self) -> int:
         """SingleStream/MultiStream: the expected latency as LoadGen is given it (at least 1 us)."""
         return max(int(self.expected_latency_s * 1e9), 1000)
 
+    @property
+    def loadgen_target_qps(self) -> float:
+        """LoadGen's internal target QPS: 1e9 / expected latency (ns) in SingleStream and MultiStream, the target or
+        expected QPS in Server and Offline."""
+        if self.scenario in ("SingleStream", "MultiStream"):
+            return 1e9 / self.expected_latency_ns
+        return float(self.target_qps)
+
+    def seeds(self) -> RngSeeds:
+        """The seeds LoadGen runs with under these settings (mlperf.conf's with ``mlperf_model``, else 0)."""
+        s = self.loadgen_settings()
+        return RngSeeds(int(s.qsl_rng_seed), int(s.sample_index_rng_seed), int(s.schedule_rng_seed))
+
     def loadgen_settings(self):
-        s = lg.TestSettings()
-        s.scenario = getattr(lg.TestScenario, self.scenario)
-        s.mode = lg.TestMode.PerformanceOnly
+        if self.mlperf_model is not None:
+            s = mlperf_conf_settings(self.mlperf_model, self.scenario)
+        else:
+            s = lg.TestSettings()
+            s.scenario = getattr(lg.TestScenario, self.scenario)
+        s.mode = getattr(lg.TestMode, self.mode)
         s.min_duration_ms = int(self.min_duration_ms)
         s.max_duration_ms = int(self.max_duration_ms)
         s.min_query_count = int(self.min_query_count)
@@ -95,6 +155,15 @@ class ScenarioSettings:
         s.server_target_latency_ns = int(self.server_latency_ms * 1e6)
         s.server_coalesce_queries = True  # one issue call for queries that are due together: less Python per query
         s.offline_expected_qps = float(self.target_qps)
+        s.accuracy_log_sampling_target = int(self.accuracy_log_sampling_target)
+        s.accuracy_log_rng_seed = int(self.accuracy_log_rng_seed)
+        if self.issue_same_index is not None:
+            if not 0 <= self.issue_same_index < self.performance_sample_count:
+                raise ValueError(f"performance_issue_same_index {self.issue_same_index} is outside the "
+                                 f"{self.performance_sample_count} loaded samples")
+            s.performance_issue_unique = False
+            s.performance_issue_same = True
+            s.performance_issue_same_index = int(self.issue_same_index)
         return s
 
 

@@ -2,7 +2,9 @@
 
 A backend whose timing is simulated runs on virtual time (:mod:`conformance.perf.virtual`), unless the real LoadGen on
 the host's clock is asked for as a cross-check; measured hardware always runs under the real LoadGen
-(:mod:`conformance.perf.harness`). Logs go to ``<report_dir>/loadgen/<model>-<precision>-<scenario>/`` (a temporary
+(:mod:`conformance.perf.harness`). Every run starts from LoadGen's built-in mlperf.conf for the benchmark the model
+stands for (its seeds; at a profile of MLPerf's length, its minimum query counts too); the profile overrides the run's
+length and counts. Logs go to ``<report_dir>/loadgen/<model>-<precision>-<scenario>/`` (a temporary
 directory without a report directory).
 """
 
@@ -14,7 +16,14 @@ from pathlib import Path
 
 from conformance.hardware import Backend
 from conformance.hardware.devices import Device, Workload
-from conformance.perf.harness import MULTISTREAM_SAMPLES_PER_QUERY, ScenarioResult, ScenarioSettings, run_scenario
+from conformance.perf.harness import (
+    COMPLIANT_MIN_DURATION_MS,
+    MULTISTREAM_SAMPLES_PER_QUERY,
+    ScenarioResult,
+    ScenarioSettings,
+    mlperf_conf_settings,
+    run_scenario,
+)
 from conformance.perf.virtual import simulate_scenario
 from conformance.targets.performance import PerformanceTarget, load_performance_targets
 from conformance.targets.profiles import load_profiles
@@ -42,13 +51,17 @@ class TargetRun:
     run_options: dict
     clock: str  # "virtual" (simulated timing) or "real" (the real LoadGen on the host's clock)
 
+    @property
+    def runner(self):
+        """The function that runs one scenario on this clock (``run_scenario``'s arguments)."""
+        return simulate_scenario if self.clock == "virtual" else run_scenario
+
     def run(self, settings: ScenarioSettings | None = None, log_dir: Path | None = None, device=None) -> ScenarioResult:
         log_dir = log_dir if log_dir is not None else self.log_dir
         if log_dir is None:
             log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{self.target.test_id}-"))
-        runner = simulate_scenario if self.clock == "virtual" else run_scenario
-        return runner(device if device is not None else self.device, settings or self.settings, log_dir,
-                      **self.run_options)
+        return self.runner(device if device is not None else self.device, settings or self.settings, log_dir,
+                           **self.run_options)
 
 
 def plan_target(target: PerformanceTarget, profile: str, backend: Backend, model, report_dir: Path | None = None,
@@ -66,14 +79,18 @@ def plan_target(target: PerformanceTarget, profile: str, backend: Backend, model
     qps = target.target
     if target.scenario == "Offline" and throughput_prior is not None:  # size the one query to last min_duration
         qps = max(qps, throughput_prior[1])
+    min_queries = int(length.min_query_count[target.hardware][target.scenario])
+    if length.min_duration_ms >= COMPLIANT_MIN_DURATION_MS:  # a run of MLPerf's length holds mlperf.conf's counts too
+        min_queries = max(min_queries, int(mlperf_conf_settings(run.mlperf_model, target.scenario).min_query_count))
     settings = ScenarioSettings(
         scenario=target.scenario,
         min_duration_ms=length.min_duration_ms,
-        min_query_count=int(length.min_query_count[target.hardware][target.scenario]),
+        min_query_count=min_queries,
         performance_sample_count=samples,
         expected_latency_s=query_prior[0] if query_prior else 1.0,
         target_qps=qps if target.scenario in ("Server", "Offline") else 1.0,
         server_latency_ms=run.server_latency_ms,
+        mlperf_model=run.mlperf_model,
     )
     log_dir = Path(report_dir) / "loadgen" / target.test_id if report_dir is not None else None
     options = {"max_batch": max_batch, "batch_timeout_s": run.server_batch_timeout_ms / 1e3,

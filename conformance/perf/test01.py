@@ -12,21 +12,23 @@ import numpy as np
 
 from conformance.accuracy import metrics
 from conformance.hardware.devices import Device, Samples
-from conformance.perf.audits import AuditSettings, performance_score
+from conformance.perf.accuracy_log import LoggedResponse
+from conformance.perf.audits import AuditSettings
 from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
+from conformance.perf.verification import (
+    TEST_PASS,
+    invalid_by_design,
+    result_score,
+    test01_performance,
+    verify_accuracy,
+)
 from conformance.targets.accuracy import TASK_METRICS
+from conformance.targets.audit import AuditConfig, load_audit_config
 from models.ops import Ops
 
 
 class AccuracyLogError(ValueError):
     """A LoadGen accuracy log that cannot be read; the message names the file and the entry."""
-
-
-@dataclass(frozen=True)
-class LoggedResponse:
-    seq_id: int
-    qsl_idx: int
-    data: bytes
 
 
 def read_accuracy_log(path: Path) -> list[LoggedResponse]:
@@ -139,33 +141,58 @@ def accuracy_delta(score: Scorer | None, performance: Sequence[LoggedResponse], 
 class Test01Result:
     comparison: ResponseComparison
     fallback: AccuracyDelta | None
-    performance: ScenarioResult
+    performance: ScenarioResult  # the run with accuracy logging (the script's "test" run)
     accuracy: ScenarioResult
     sampling_target: int
-    plain: ScenarioResult | None = None  # the same run without accuracy logging (None: not compared)
-    performance_tolerance: float = 0.0
+    plain: ScenarioResult | None = None  # the same run without accuracy logging (the script's "reference" run)
+    config: AuditConfig | None = None  # TEST01's tolerances
+    official_accuracy: str = ""  # verify_accuracy.py's verdict
 
     @property
     def performance_ratio(self) -> float | None:
-        """Score of the run with accuracy logging over the plain run's (MLPerf: within 10%); None when not compared."""
+        """The logged run's result field over the plain run's (verify_performance.py's comparison); None when not
+        compared or a field is missing."""
         if self.plain is None:
             return None
-        logged, _ = performance_score(self.performance)
-        plain, _ = performance_score(self.plain)
+        logged, plain = result_score(self.performance), result_score(self.plain)
         return logged / plain if logged and plain else None
 
     @property
-    def performance_gated(self) -> bool:
-        """Whether the performance half decides: compared, and both runs long enough for LoadGen to call them VALID (a
-        run too short for a performance verdict of its own cannot judge another's)."""
-        return self.plain is not None and self.performance.valid and self.plain.valid
+    def performance_tolerance(self) -> float | None:
+        plain = result_score(self.plain) if self.plain is not None else None
+        if plain is None or self.config is None:
+            return None
+        return self.config.performance_tolerance(self.plain.scenario, plain)
+
+    @property
+    def official_performance(self) -> str:
+        """verify_performance.py's verdict on the plain run (reference) and the logged run (test); empty when there is
+        no plain run."""
+        if self.plain is None or self.config is None:
+            return ""
+        return test01_performance(self.plain, self.performance, self.config.performance_tolerance)
+
+    @property
+    def established(self) -> bool:
+        """False when the performance half fails only because a short profile's runs are INVALID for their length:
+        the audit is then not established (neither passed nor failed by its performance half)."""
+        return not (self.official_performance.startswith("TEST FAIL")
+                    and invalid_by_design(self.plain, self.performance))
 
     @property
     def performance_passed(self) -> bool:
-        if not self.performance_gated:
+        return self.official_performance == TEST_PASS or not self.established
+
+    @property
+    def accuracy_passed(self) -> bool:
+        """verify_accuracy.py passes and every sampled response equals its accuracy-mode one byte for byte, or, where
+        they differ, MLPerf's task-metric delta holds (TEST01's step for systems that are not deterministic); a sample
+        missing from the accuracy log fails."""
+        if self.comparison.missing:
+            return False
+        if self.official_accuracy == TEST_PASS and self.comparison.all_match:
             return True
-        ratio = self.performance_ratio
-        return ratio is not None and abs(1.0 - ratio) <= self.performance_tolerance
+        return self.fallback is not None and self.fallback.passed
 
     @property
     def value(self) -> float:
@@ -183,16 +210,27 @@ class Test01Result:
     def passed(self) -> bool:
         if self.performance.sut_errors or self.accuracy.sut_errors or self.comparison.sampled == 0:
             return False
-        if not self.performance_passed:
+        if self.plain is not None and self.plain.sut_errors:
             return False
-        if self.comparison.all_match:
-            return True
-        return self.fallback is not None and self.fallback.passed and not self.comparison.missing
+        return self.accuracy_passed and self.performance_passed
+
+    @property
+    def verdict_value(self) -> float:
+        """The audit's gated value: 1.0 when it passes (every part TEST PASS, or its performance half not established),
+        0.0 when it fails."""
+        return 1.0 if self.passed else 0.0
+
+    def official(self) -> dict:
+        """What MLCommons' scripts say about these logs."""
+        out = {"verify_accuracy": self.official_accuracy}
+        if self.plain is not None:
+            out["verify_performance"] = self.official_performance
+        return out
 
     def describe(self) -> str:
         c = self.comparison
         text = (f"TEST01: {c.matching}/{c.sampled} sampled performance-mode responses byte-equal to accuracy mode "
-                f"({c.fraction:.4g})")
+                f"({c.fraction:.4g}); verify_accuracy.py: {self.official_accuracy}")
         if c.sampled == 0:
             text += f"; LoadGen logged no response (sampling target {self.sampling_target}): nothing was audited"
         if c.mismatched:
@@ -205,20 +243,22 @@ class Test01Result:
                      f"{'met' if f.passed else 'NOT met'}" + (f" ({f.reason})" if f.reason else "")
                      + "".join(f", {k} {v['performance']} vs {v['accuracy']}" for k, v in f.metrics.items()))
         if self.plain is not None:
-            ratio = self.performance_ratio
-            text += (f"; performance with accuracy logging / without: "
-                     f"{'n/a' if ratio is None else f'{ratio:.4g}'} (allowed 1 +- {self.performance_tolerance:g}"
-                     + ("" if self.performance_gated else "; not gated: the runs are too short for LoadGen to call "
-                                                          "them VALID") + ")")
-        errors = self.performance.sut_errors + self.accuracy.sut_errors
+            ratio, tolerance = self.performance_ratio, self.performance_tolerance
+            text += (f"; verify_performance.py: {self.official_performance} (result with accuracy logging / without: "
+                     f"{'n/a' if ratio is None else f'{ratio:.4g}'}, allowed 1 +- "
+                     f"{'n/a' if tolerance is None else f'{tolerance:g}'})")
+            if not self.established and self.accuracy_passed:
+                text += (" - not established: the runs are INVALID only for their length, which this profile makes "
+                         "shorter than MLPerf's")
+        errors = self.performance.sut_errors + self.accuracy.sut_errors + (self.plain.sut_errors if self.plain else [])
         if errors:
             text += f"; the system under test raised: {errors[0]}"
-        return text + f"; logs {Path(self.performance.log_dir).parent}"
+        return text
 
     def details(self) -> dict:
         c = self.comparison
         out = {
-            "sampled_responses": c.sampled, "matching_responses": c.matching,
+            "sampled_responses": c.sampled, "matching_responses": c.matching, "fraction_byte_equal": c.fraction,
             "mismatched_qsl_idx": sorted(set(c.mismatched)),
             "missing_qsl_idx": sorted(set(c.missing)), "inconsistent_accuracy_qsl_idx": c.inconsistent_accuracy,
             "sampling_target": self.sampling_target, "performance_log_dir": self.performance.log_dir,
@@ -227,9 +267,12 @@ class Test01Result:
                                    "units": self.performance.units, "loadgen_valid": self.performance.valid},
             "sut_errors": self.performance.sut_errors + self.accuracy.sut_errors,
             "performance_ratio": self.performance_ratio,
-            "performance_compared": self.plain is not None,
-            "performance_gated": self.performance_gated,
+            "performance_tolerance": self.performance_tolerance,
+            "official": self.official(),
         }
+        if self.plain is not None:
+            out["plain_log_dir"] = self.plain.log_dir
+            out["plain_loadgen_valid"] = self.plain.valid
         if self.fallback is not None:
             out["accuracy_fallback"] = {"tolerance": self.fallback.tolerance, "metrics": self.fallback.metrics,
                                         "passed": self.fallback.passed, "reason": self.fallback.reason}
@@ -237,27 +280,31 @@ class Test01Result:
 
 
 def run_test01(device: Device, settings: ScenarioSettings, log_dir: Path, *, sampling_target: int, rng_seed: int,
-               tolerance: float, score: Scorer | None = None, accuracy_device=None, compare_performance: bool = False,
-               performance_tolerance: float = 0.10, **run_options) -> Test01Result:
+               tolerance: float, score: Scorer | None = None, accuracy_device=None, compare_performance: bool = True,
+               config: AuditConfig | None = None, runner=run_scenario, **run_options) -> Test01Result:
     """TEST01 of ``device`` in ``settings.scenario``: logs in ``log_dir/performance`` and ``log_dir/accuracy``.
     ``accuracy_device`` (default ``device.fresh()``: it computes its answers again) serves the accuracy run; ``score`` is
     the task metric for MLPerf's fallback, used only when some response differs. ``compare_performance`` adds TEST01's
-    second half (logs in ``log_dir/plain``): the run with accuracy logging performs within 10% of the same run without
-    it (for measured hardware: on a simulated timeline logging costs no device time, so there is nothing to compare)."""
+    second half (logs in ``log_dir/plain``): the run with accuracy logging performs as the same run without it, within
+    ``config``'s tolerances (the suite's audit.toml by default). ``runner`` runs one scenario (the real LoadGen's
+    :func:`~conformance.perf.harness.run_scenario`, or :func:`~conformance.perf.virtual.simulate_scenario` on virtual
+    time for a simulated device)."""
     log_dir = Path(log_dir)
-    performance = run_scenario(device, AuditSettings.from_settings(
+    config = config if config is not None else load_audit_config()
+    performance = runner(device, AuditSettings.from_settings(
         settings, accuracy_log_sampling_target=sampling_target, accuracy_log_rng_seed=rng_seed),
         log_dir / "performance", **run_options)
-    accuracy = run_scenario(accuracy_device if accuracy_device is not None else device.fresh(),
-                            AuditSettings.from_settings(settings, mode="AccuracyOnly"), log_dir / "accuracy", **run_options)
-    plain = run_scenario(device, settings, log_dir / "plain", **run_options) if compare_performance else None
+    accuracy = runner(accuracy_device if accuracy_device is not None else device.fresh(),
+                      AuditSettings.from_settings(settings, mode="AccuracyOnly"), log_dir / "accuracy", **run_options)
+    plain = runner(device, settings, log_dir / "plain", **run_options) if compare_performance else None
     sampled = read_accuracy_log(Path(performance.log_dir) / "mlperf_log_accuracy.json")
     answers = read_accuracy_log(Path(accuracy.log_dir) / "mlperf_log_accuracy.json")
     comparison = compare_responses(sampled, answers)
     fallback = None
     if comparison.sampled and not comparison.all_match:
         fallback = accuracy_delta(score, sampled, answers, tolerance)
-    return Test01Result(comparison, fallback, performance, accuracy, sampling_target, plain, performance_tolerance)
+    return Test01Result(comparison, fallback, performance, accuracy, sampling_target, plain, config,
+                        verify_accuracy(sampled, answers))
 
 
 # -- the suite's task metric for TEST01's fallback ------------------------------------------------------------------

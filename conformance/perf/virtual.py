@@ -16,7 +16,13 @@ same numbers on any machine load:
 - **The device** is the backend's own object: ``device.service_time(indices)`` gives a batch's (occupancy, latency)
   on its timeline; a batch starts when the device is free and completes after its latency.
 
-Performance runs do not compute answers (nobody reads them; TEST01, which does, runs through the real LoadGen).
+Seeds are LoadGen's for the run's settings (mlperf.conf's with an ``mlperf_model``): the Server schedule is LoadGen's
+own for its seed; samples are drawn from the loaded set with numpy, seeded with LoadGen's sample-index seed.
+
+Performance runs compute no answers unless an accuracy log is due: a run with an accuracy-log sampling target (MLPerf's
+TEST01) or in accuracy mode loads the device's answers for the loaded samples (the QSL load) and writes LoadGen's
+``mlperf_log_accuracy.json`` with the responses LoadGen's own sampling rule picks (:mod:`conformance.perf.accuracy_log`).
+A run with ``issue_same_index`` issues that one loaded sample throughout (MLPerf's TEST04).
 """
 
 from __future__ import annotations
@@ -31,8 +37,15 @@ import numpy as np
 import simpy
 
 from conformance.fileio import write_text_atomic
-from conformance.hardware.devices import MalformedResponses, ServiceTimeDevice, check_service
+from conformance.hardware.devices import EMPTY_RESPONSE, MalformedResponses, ServiceTimeDevice, check_service
 from conformance.perf import loadgen_rules as rules
+from conformance.perf.accuracy_log import (
+    ACCURACY_LOG_FILE,
+    LoggedResponse,
+    sampled_sequence_ids,
+    sampling_probability,
+    write_accuracy_log,
+)
 from conformance.perf.harness import (
     COMPLIANT_MIN_DURATION_MS,
     METRICS,
@@ -41,10 +54,6 @@ from conformance.perf.harness import (
     scenario_metric,
 )
 
-# Seeds of the sample choice and of the Server schedule, LoadGen's defaults (the suite sets no other): fixed, so that a
-# run is a function of its inputs. The Server schedule is LoadGen's own for its seed; samples are drawn with numpy.
-SAMPLE_INDEX_SEED = 0
-SCHEDULE_SEED = 0
 SUMMARY_FILE = "simulation_summary.json"
 
 
@@ -54,6 +63,7 @@ class _Query:
     samples: list[int]
     finished: simpy.Event | None  # for the scenarios that wait for a query before issuing the next
     pending: int = 0
+    done_at: float | None = None  # when its last sample completed (served)
 
 
 @dataclass
@@ -66,11 +76,13 @@ class SimulationTrace:
     final_scheduled: float = 0.0
     final_issued: float = 0.0
     last_completion: float = 0.0
+    final_query_done: float = 0.0  # when the last issued query's samples were all done (LoadGen's Server throughput)
     batches: int = 0
     batch_sizes: list[int] = field(default_factory=list)
     samples_issued: int = 0
     samples_completed: int = 0
     errors: list[str] = field(default_factory=list)  # the device's error that ended the run early (at most one)
+    issued_indices: list[int] | None = None  # every issued sample's index, in sequence-id order (when an accuracy log is due)
 
 
 class _BatchingSUT:
@@ -158,6 +170,7 @@ class _BatchingSUT:
             if query.pending == 0:
                 if served:
                     trace.query_latencies.append(done - query.scheduled)
+                    query.done_at = done
                 if query.finished is not None:
                     query.finished.succeed()
 
@@ -172,12 +185,17 @@ class _LoadGen:
         self.settings = settings
         self.loaded = loaded
         self.trace = trace
-        self.samples_rng = np.random.default_rng(SAMPLE_INDEX_SEED)
+        self.seeds = settings.seeds()
+        self.samples_rng = np.random.default_rng(self.seeds.sample_index)
         self._drawn: list[int] = []
         self._next = 0
+        self.last_query: _Query | None = None
 
     def _draw(self) -> int:
-        """The next uniformly drawn index into the loaded set (drawn in blocks: one numpy call per 4096)."""
+        """The next uniformly drawn index into the loaded set (drawn in blocks: one numpy call per 4096); the one index
+        of a run that issues the same sample throughout."""
+        if self.settings.issue_same_index is not None:
+            return int(self.settings.issue_same_index)
         if self._next == len(self._drawn):
             self._drawn = self.samples_rng.integers(0, self.loaded, size=4096).tolist()
             self._next = 0
@@ -192,7 +210,9 @@ class _LoadGen:
 
     def run(self):
         scenario = self.settings.scenario
-        if scenario in ("SingleStream", "MultiStream"):
+        if self.settings.mode == "AccuracyOnly":
+            yield from self._every_sample_once()
+        elif scenario in ("SingleStream", "MultiStream"):
             yield from self._one_at_a_time()
         elif scenario == "Server":
             yield from self._poisson()
@@ -201,8 +221,11 @@ class _LoadGen:
 
     def _issue(self, samples: list[int], wait: bool = True) -> _Query:
         query = _Query(self.env.now, samples, self.env.event() if wait else None)
+        self.last_query = query
         self.trace.queries_issued += 1
         self.trace.final_scheduled = self.trace.final_issued = self.env.now
+        if self.trace.issued_indices is not None:
+            self.trace.issued_indices.extend(samples)
         self.sut.issue(query)
         return query
 
@@ -224,7 +247,7 @@ class _LoadGen:
     def _poisson(self):
         """Server: every generated query at its scheduled time (LoadGen's Poisson schedule from its seed)."""
         s = self.settings
-        for at in rules.server_schedule(s.target_qps, s.min_duration_ms, s.min_query_count, SCHEDULE_SEED).scheduled_s:
+        for at in rules.server_schedule(s.target_qps, s.min_duration_ms, s.min_query_count, self.seeds.schedule).scheduled_s:
             if at > self.env.now:
                 yield self.env.timeout(at - self.env.now)
             if self.sut.failed:
@@ -234,10 +257,27 @@ class _LoadGen:
     def _offline(self):
         s = self.settings
         count = offline_samples(s)
-        loaded = list(range(self.loaded))
-        samples = (loaded * (count // self.loaded + 1))[:count]  # the loaded set repeated, as LoadGen does
+        if s.issue_same_index is not None:
+            samples = [int(s.issue_same_index)] * count
+        else:
+            loaded = list(range(self.loaded))
+            samples = (loaded * (count // self.loaded + 1))[:count]  # the loaded set repeated, as LoadGen does
         query = self._issue(samples)
         yield query.finished
+
+    def _every_sample_once(self):
+        """Accuracy mode: every loaded sample once, in queries of the scenario's size (Offline: one query)."""
+        s = self.settings
+        loaded = list(range(self.loaded))
+        size = {"Offline": max(1, self.loaded), "MultiStream": s.samples_per_query}.get(s.scenario, 1)
+        for start in range(0, self.loaded, size):
+            if self.sut.failed:
+                return
+            yield self._issue(loaded[start:start + size]).finished
+
+
+def accuracy_log_due(settings: ScenarioSettings) -> bool:
+    return settings.mode == "AccuracyOnly" or settings.accuracy_log_sampling_target > 0
 
 
 def simulate(device: ServiceTimeDevice, settings: ScenarioSettings, *, max_batch: int = 1,
@@ -248,12 +288,14 @@ def simulate(device: ServiceTimeDevice, settings: ScenarioSettings, *, max_batch
     if settings.scenario == "SingleStream":
         max_batch = 1
     env = simpy.Environment()
-    trace = SimulationTrace()
+    trace = SimulationTrace(issued_indices=[] if accuracy_log_due(settings) else None)
     sut = _BatchingSUT(env, device, max_batch, batch_timeout_s if settings.scenario == "Server" else 0.0, trace,
                        name=name if settings.scenario in name else f"{name} ({settings.scenario})")
     loadgen = _LoadGen(env, sut, settings, int(settings.performance_sample_count), trace)
     env.run(env.process(loadgen.run()))
     env.run()  # the queries still in flight
+    if loadgen.last_query is not None and loadgen.last_query.done_at is not None:
+        trace.final_query_done = loadgen.last_query.done_at
     return trace
 
 
@@ -293,8 +335,8 @@ def summarize(trace: SimulationTrace, settings: ScenarioSettings, log_dir: Path 
     elif scenario == "Server":
         details["result_scheduled_samples_per_sec"] = (
             (len(sample_ns) - 1) / trace.final_scheduled if trace.final_scheduled > 0 else None)
-        details["result_completed_samples_per_sec"] = (
-            len(sample_ns) / trace.last_completion if trace.last_completion > 0 else None)
+        details["result_completed_samples_per_sec"] = (  # LoadGen: (samples - 1) / when the final query was done
+            (len(sample_ns) - 1) / trace.final_query_done if trace.final_query_done > 0 else None)
         details["result_overlatency_query_count"] = sum(1 for x in sample_ns if x > target_ns)
     else:
         details["result_samples_per_second"] = len(sample_ns) / trace.last_completion if trace.last_completion else None
@@ -320,8 +362,8 @@ def summarize(trace: SimulationTrace, settings: ScenarioSettings, log_dir: Path 
     if log_dir is not None:
         summary = {"scenario": scenario, "clock": "virtual", "settings": {k: getattr(settings, k) for k in (
             "min_duration_ms", "min_query_count", "max_duration_ms", "performance_sample_count", "expected_latency_s",
-            "target_qps", "server_latency_ms", "samples_per_query")}, "seeds": {"sample_index": SAMPLE_INDEX_SEED,
-            "schedule": SCHEDULE_SEED}, "valid": result.valid, "checks": result.checks,
+            "target_qps", "server_latency_ms", "samples_per_query", "mlperf_model", "mode", "accuracy_log_sampling_target", "accuracy_log_rng_seed",
+            "issue_same_index")}, "seeds": dataclasses.asdict(settings.seeds()), "valid": result.valid, "checks": result.checks,
             "invalid_reason": result.invalid_reason, "metric": metric, "value": value, "units": units, "details": details,
             "sut_errors": result.sut_errors}
         write_text_atomic(Path(log_dir) / SUMMARY_FILE, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
@@ -336,7 +378,34 @@ def simulate_scenario(device: ServiceTimeDevice, settings: ScenarioSettings, log
     A device error ends the run early and is returned in ``sut_errors`` (the run is then INVALID); an interrupt raises
     ``KeyboardInterrupt`` out of the simulation (it holds no threads and nothing outside the process)."""
     trace = simulate(device, settings, max_batch=max_batch, batch_timeout_s=batch_timeout_s, name=name)
-    return summarize(trace, settings, log_dir)
+    result = summarize(trace, settings, log_dir)
+    if accuracy_log_due(settings) and log_dir is not None:
+        entries = logged_responses(device, settings, trace)
+        write_accuracy_log(Path(log_dir) / ACCURACY_LOG_FILE, entries)
+        result.details["accuracy_log_responses"] = len(entries)
+    return result
+
+
+def logged_responses(device: ServiceTimeDevice, settings: ScenarioSettings, trace: SimulationTrace) -> list[LoggedResponse]:
+    """The responses of the run's accuracy log: every sample in accuracy mode; in performance mode the ones LoadGen's
+    sampling rule picks, at least ``accuracy_log_sampling_target`` of them (fewer only when fewer were issued). The
+    device answers for the loaded samples first, as at LoadGen's QSL load."""
+    issued = trace.issued_indices or []
+    device.load(list(range(int(settings.performance_sample_count))))
+    if settings.mode == "AccuracyOnly":
+        chosen = range(len(issued))
+    else:
+        per_query = offline_samples(settings) if settings.scenario == "Offline" else (
+            settings.samples_per_query if settings.scenario == "MultiStream" else 1)
+        probability = sampling_probability(
+            settings.accuracy_log_sampling_target, scenario=settings.scenario, target_qps=settings.loadgen_target_qps,
+            min_duration_ms=settings.min_duration_ms, min_query_count=settings.min_query_count,
+            samples_per_query=per_query)
+        chosen = sampled_sequence_ids(len(issued), probability, settings.accuracy_log_rng_seed,
+                                      minimum=settings.accuracy_log_sampling_target).tolist()
+    responses = getattr(device, "responses", {})
+    return [LoggedResponse(seq, issued[seq], np.asarray(responses.get(issued[seq], EMPTY_RESPONSE)).tobytes())
+            for seq in chosen]
 
 
 @dataclass

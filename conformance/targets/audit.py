@@ -29,6 +29,8 @@ class AuditConfig:
     accuracy_log_rng_seed: int
     accuracy_delta: float
     performance_delta: float  # TEST01: logged-run score within this share of the plain run's
+    short_latency_performance_delta: float  # TEST01's relaxed share for short latencies
+    test01_short_latency_score: dict  # scenario -> TEST01 result field (ns) at or below which the relaxed share applies
     test04_scenarios: tuple[str, ...]
     same_index: int
     max_speedup: float
@@ -42,6 +44,14 @@ class AuditConfig:
 
     def exempt_reason(self, audit: str, model: str) -> str | None:
         return self.test04_exempt.get(model) if audit == "TEST04" else None
+
+    def performance_tolerance(self, scenario: str, reference_score: float) -> float:
+        """TEST01's tolerance on the logged run's score against the plain run's (MLPerf TEST01 verify_performance.py:
+        the result field as logged, relaxed for SingleStream/MultiStream at or below the short-latency score)."""
+        short = self.test01_short_latency_score.get(scenario)
+        if short is not None and reference_score <= short:
+            return self.short_latency_performance_delta
+        return self.performance_delta
 
     def speedup_limit(self, scenario: str, reference_score: float) -> float:
         """TEST04's bound on same-sample score / reference score (MLPerf verify_performance.py)."""
@@ -68,6 +78,8 @@ class Test01Schema(Schema):
     accuracy_log_rng_seed: int = Field(ge=0, lt=2**64)  # LoadGen's uint64 seed
     accuracy_delta: Ratio
     performance_delta: Ratio
+    short_latency_performance_delta: Ratio
+    short_latency_score: dict[Literal[SCENARIOS], PositiveFloat]
 
 
 class Test04Schema(Schema):
@@ -99,6 +111,8 @@ def load_audit_config(path: Path | None = None) -> AuditConfig:
         accuracy_log_rng_seed=t1.accuracy_log_rng_seed,
         accuracy_delta=t1.accuracy_delta,
         performance_delta=t1.performance_delta,
+        short_latency_performance_delta=t1.short_latency_performance_delta,
+        test01_short_latency_score=dict(t1.short_latency_score),
         test04_scenarios=tuple(t4.scenarios),
         same_index=t4.performance_issue_same_index,
         max_speedup=t4.max_speedup,

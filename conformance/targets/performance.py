@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt, create_model
 
 from conformance.hardware import get_backend, hardware_names
-from conformance.hardware.base import SCENARIOS
+from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
 from conformance.targets import DataFileError, Schema, backend_files, fail, read_toml, validate
 from conformance.targets.profiles import load_profiles
 from models import MODEL_NAMES
@@ -56,6 +56,7 @@ class PerformanceTarget:
 @dataclass(frozen=True)
 class ModelRun:
     server_latency_ms: float
+    mlperf_model: str  # the benchmark of LoadGen's mlperf.conf whose settings and seeds the model's runs take
     rows_per_sample: int
     max_batch: dict
     server_batch_timeout_ms: float
@@ -77,6 +78,7 @@ Scenario = Literal[SCENARIOS]
 
 class ModelRunSchema(Schema):
     server_latency_ms: PositiveFloat  # MLPerf's Server latency bound
+    mlperf_model: Literal[MLPERF_BENCHMARKS]  # a benchmark of LoadGen's built-in mlperf.conf
     rows_per_sample: PositiveInt
     max_batch: dict[str, PositiveInt] = Field(min_length=1)  # hardware -> largest device batch (samples)
     server_batch_timeout_ms: float = Field(ge=0)
@@ -143,7 +145,8 @@ def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
     def problem(loc: tuple, message: str):
         _check(fail, path, loc, message, text)
 
-    models = {name: ModelRun(float(entry["server_latency_ms"]), entry["rows_per_sample"], dict(entry["max_batch"]),
+    models = {name: ModelRun(float(entry["server_latency_ms"]), entry["mlperf_model"], entry["rows_per_sample"],
+                             dict(entry["max_batch"]),
                              float(entry["server_batch_timeout_ms"]))
               for name, entry in data["models"].items()}
     targets = []
