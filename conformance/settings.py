@@ -29,14 +29,18 @@ class RunSettings:
     cache_dir: Path | None = None  # --cache-dir (None: the platform's cache directory)
     published_report_dir: Path | None = None  # where the report is published: report_dir is its staging directory
 
-    def published_path(self, path) -> str:
-        """``path`` inside the run's report directory as it will be after the run (the staging directory swapped in)."""
-        if self.report_dir is None or self.published_report_dir is None:
+    def published_path(self, path, relative: bool = False) -> str:
+        """``path`` inside the run's report directory as it will be after the run (the staging directory swapped in);
+        ``relative``: relative to the report directory, as the records name their files."""
+        if self.report_dir is None:
             return str(path)
         try:
-            return str(Path(self.published_report_dir) / Path(path).relative_to(self.report_dir))
+            inside = Path(path).relative_to(self.report_dir)
         except ValueError:
             return str(path)
+        if relative:
+            return str(inside)
+        return str(Path(self.published_report_dir or self.report_dir) / inside)
 
     def sample_count(self, model: str) -> int:
         """How many samples the accuracy tests run for ``model`` without a data set: ``--samples`` or the profile's."""

@@ -58,6 +58,12 @@ def accuracy_devices() -> dict:
     return {}
 
 
+def report_paths(settings, details: dict) -> dict:
+    """The audit's details with its runs' log directories relative to the report directory."""
+    return {k: settings.published_path(v, relative=True) if k.endswith("_log_dir") and v else v
+            for k, v in details.items()}
+
+
 def test_audit(audit_case, settings, backend, model_store, record_check, accuracy_devices):
     case, config = audit_case, load_audit_config()
     target = case.target
@@ -70,7 +76,7 @@ def test_audit(audit_case, settings, backend, model_store, record_check, accurac
         log_dir = Path(settings.report_dir) / "loadgen" / case.test_id
     else:
         log_dir = Path(tempfile.mkdtemp(prefix=f"loadgen-{case.test_id}-"))
-    common = {"hardware": target.hardware, "profile": settings.profile, "log_dir": settings.published_path(log_dir),
+    common = {"hardware": target.hardware, "profile": settings.profile, "log_dir": settings.published_path(log_dir, relative=True),
               "timing": backend.timing, "timing_model": backend.timing_model(), "clock": plan.clock}
     if case.audit == "TEST01":
         twin = accuracy_devices.setdefault(id(plan.device), (plan.device, plan.device.fresh()))[1]
@@ -84,7 +90,7 @@ def test_audit(audit_case, settings, backend, model_store, record_check, accurac
                               value=result.verdict_value, target=1.0, op=">=",
                               units="1 = TEST PASS (verify_accuracy.py, verify_performance.py, every byte)",
                               scenario=target.scenario, established=result.established,
-                              details={**common, **result.details()})
+                              details={**common, **report_paths(settings, result.details())})
         bound = "every sampled response byte-equal, verify_accuracy.py and verify_performance.py TEST PASS"
     else:
         result = run_test04(plan.device, plan.settings, log_dir, config=config, runner=plan.runner,
@@ -94,10 +100,10 @@ def test_audit(audit_case, settings, backend, model_store, record_check, accurac
                               value=result.gated_ratio, target=math.nextafter(result.limit, 0.0), op="<=",
                               units="same-sample/reference score", scenario=target.scenario,
                               established=result.established,
-                              details={**common, **result.details()})
+                              details={**common, **report_paths(settings, result.details())})
         bound = f"same-sample/reference score < {result.limit:g}, verify_performance.py TEST PASS"
     if not record.passed:
         reproduce = (f"pytest conformance/test_audit.py --hardware {target.hardware} --model {target.model} "
                      f"--profile {settings.profile} -k '{case.test_id}'")
         pytest.fail(f"{case.test_id}: {case.audit} failed: value {record.value} (needs {bound})\n"
-                    f"{result.describe()}\nlogs: {common['log_dir']}\nreproduce: {reproduce}", pytrace=False)
+                    f"{result.describe()}\nlogs: {settings.published_path(log_dir)}\nreproduce: {reproduce}", pytrace=False)

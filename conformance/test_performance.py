@@ -41,7 +41,7 @@ def test_performance(performance_target, settings, backend, model_store, user_ca
         "loadgen_invalid_reason": result.invalid_reason,
         "loadgen_checks": result.checks,
         "compliant_length": result.compliant_length,
-        "log_dir": settings.published_path(result.log_dir),
+        "log_dir": settings.published_path(result.log_dir, relative=True),
         "query_count": result.query_count,
         "sut_errors": result.sut_errors,
         "hardware": target.hardware,
@@ -80,11 +80,11 @@ def test_performance(performance_target, settings, backend, model_store, user_ca
                      value=0, target=1, op=">=", units="", scenario=target.scenario,
                      details={**details, "invalid_reason": result.invalid_reason})
         pytest.fail(f"{target.test_id}: LoadGen result INVALID: {result.invalid_reason} "
-                    f"({check} {result.value} {units}; logs {details['log_dir']})\nreproduce: {reproduce}", pytrace=False)
+                    f"({check} {result.value} {units}; logs {settings.published_path(result.log_dir)})\nreproduce: {reproduce}", pytrace=False)
     if not record.passed:
         validity = "VALID" if result.valid else "INVALID for length: " + result.invalid_reason
         late = details["completion_lateness_ms"]
         pytest.fail(f"{target.test_id}: {check} {value} {units} misses the target {op} {bound:g} {units} (LoadGen "
-                    f"{validity}; logs {details['log_dir']})"
+                    f"{validity}; logs {settings.published_path(result.log_dir)})"
                     + (f"; completions late by {late} ms (host scheduling)" if late else "")
                     + f"\nreproduce: {reproduce}", pytrace=False)

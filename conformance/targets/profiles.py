@@ -74,7 +74,7 @@ class ReferenceSchema(Schema):
 
 
 class AuditSchema(Schema):
-    sampling_target: PositiveInt
+    sampling_target: int = Field(ge=1, le=1_000_000)  # responses per performance run: a few to a million
     models: list[ModelName] | None = Field(default=None, min_length=1)
 
 
