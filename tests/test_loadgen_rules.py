@@ -3,14 +3,21 @@
 The oracle is ``mlperf_loadgen`` itself: short real runs against fake devices on a timeline, with LoadGen's trace on.
 The trace holds every sample's latency exactly as LoadGen recorded it (``complete_ns``: from its query's scheduled time
 to its completion); the rules recompute from those latencies what LoadGen logged in ``mlperf_log_detail.txt`` (the
-percentiles, early stopping and its estimates, the checks and the verdict) and must agree exactly. Pure unit tests pin
-the search for the minimum passing queries, the counts LoadGen generates and the validity rules.
+percentiles, early stopping and its estimates, the checks and the verdict) and must agree exactly. Server early
+stopping is also checked against what LoadGen logged for every count of over-latency queries up to 10,000 at p99
+(every 10th at p90), recorded once by real LoadGen runs into ``tests/data/loadgen_server_early_stopping.json`` (see
+:func:`record_server_early_stopping`), and by live runs at a spread of them. Pure unit tests pin the search for the
+minimum passing queries, the counts LoadGen generates and the validity rules.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import json
+import re
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -232,6 +239,121 @@ def test_offline_matches_loadgen(tmp_path):
     assert verdict.early_stopping_result == r["early_stopping_result"] == ""
 
 
+# -- Server early stopping at many over-latency counts ----------------------------------------------------------------
+
+SERVER_DATA = Path(__file__).parent / "data" / "loadgen_server_early_stopping.json"
+# What the recorded data covers: (percentile, first t, last t, stride).
+SERVER_RECORDED = ((0.99, 0, 10_000, 1), (0.90, 0, 10_000, 10))
+
+
+def loadgen_server_run(log_dir: Path, overlatency: int, queries: int, percentile: float = 0.99) -> dict:
+    """The detail log of a real LoadGen Server run of ``queries`` queries, every one over the latency bound
+    (``overlatency == queries``) or every one under it (``overlatency == 0``).
+
+    A SUT that completes each query as it is issued (a few microseconds), a bound of 1 ns (all over) or 1000 s (all
+    under), 1M QPS, min duration 0 and min query count ``queries``, so that LoadGen issues exactly ``queries``. Fast:
+    10,000 queries take about 0.05 s."""
+    assert overlatency in (0, queries)
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    def issue(samples):
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in samples])
+
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(8, 8, lambda indices: None, lambda indices: None)
+    settings = lg.TestSettings()
+    settings.scenario = lg.TestScenario.Server
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.min_duration_ms = 0
+    settings.min_query_count = queries
+    settings.server_target_qps = 1e6
+    settings.server_target_latency_ns = 1 if overlatency else 10**12
+    settings.server_target_latency_percentile = percentile
+    settings.server_coalesce_queries = True
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, settings, loadgen_log_settings(log_dir))
+    finally:
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+    records = read_detail_log(log_dir / "mlperf_log_detail.txt")
+    assert (records["result_query_count"], records["result_overlatency_query_count"]) == (queries, overlatency)
+    return records
+
+
+def loadgen_min_passing_queries(log_dir: Path, t: int, percentile: float) -> int:
+    """LoadGen's ``h`` for ``t`` over-latency queries in a Server run, read off an unsuccessful run: ``t`` queries all
+    over the bound (10 all under it for ``t = 0``, fewer than LoadGen's ``h(0)`` at p90 and p99), after which LoadGen
+    "would need to run at least ``h + t - n`` more queries"."""
+    queries = t if t else 10
+    records = loadgen_server_run(log_dir, t, queries, percentile)
+    assert not records["early_stopping_met"]
+    more = re.search(r"Would need to run at least (\d+) more queries", records["early_stopping_result"])
+    return int(more.group(1)) + queries - t
+
+
+def record_server_early_stopping(path: Path = SERVER_DATA) -> None:
+    """Record the real LoadGen's Server ``h(t)`` over :data:`SERVER_RECORDED` into ``path`` (about 15 minutes; run
+    ``python -m tests.test_loadgen_rules``). Each ``h`` is one LoadGen run (:func:`loadgen_min_passing_queries`)."""
+    entries = []
+    with tempfile.TemporaryDirectory() as log_dir:
+        for percentile, first, last, stride in SERVER_RECORDED:
+            h = [loadgen_min_passing_queries(Path(log_dir), t, percentile) for t in range(first, last + 1, stride)]
+            entries.append((percentile, first, last, stride, h))
+    lines = ["{", f'  "loadgen": "mlcommons-loadgen {importlib.metadata.version("mlcommons-loadgen")}",',
+             '  "what": "h(t): LoadGen\'s minimum passing queries for t over-latency queries in a Server run '
+             '(confidence 0.99, tolerance 0), read off its early_stopping_result (tests/test_loadgen_rules.py, '
+             'record_server_early_stopping)",', '  "runs": [']
+    for k, (percentile, first, last, stride, h) in enumerate(entries):
+        rows = ",\n      ".join(", ".join(map(str, h[i:i + 20])) for i in range(0, len(h), 20))
+        head = f'    {{"percentile": {percentile}, "t": [{first}, {last}, {stride}], "h": ['
+        lines.append(f"{head}\n      {rows}\n    ]}}" + ("," if k < len(entries) - 1 else ""))
+    lines += ["  ]", "}"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("percentile, overlatency, queries", [
+    (0.99, 0, 458), (0.99, 0, 459), (0.99, 1, 1), (0.99, 2, 2), (0.99, 100, 100),
+    *((0.99, t, t) for t in range(1000, 10_001, 1000)),
+    (0.99, 8549, 8549), (0.99, 8550, 8550), (0.99, 8551, 8551),
+    (0.90, 0, 43), (0.90, 0, 44), (0.90, 1, 1), (0.90, 5000, 5000),
+])
+def test_server_early_stopping_matches_loadgen_live(tmp_path, percentile, overlatency, queries):
+    records = loadgen_server_run(tmp_path, overlatency, queries, percentile)
+    latencies = np.full(queries, 2 if overlatency else 0)  # over / under a bound of 1
+    result = rules.server_early_stopping(latencies, 1, percentile=percentile)
+    assert result.overlatency == records["result_overlatency_query_count"]
+    assert result.met == records["early_stopping_met"]
+    assert result.message.replace("\n", " ") == records["early_stopping_result"]
+
+
+def test_server_early_stopping_matches_recorded_loadgen():
+    data = json.loads(SERVER_DATA.read_text())
+    assert [(e["percentile"], *e["t"]) for e in data["runs"]] == list(SERVER_RECORDED)
+    over = np.full(10_001, 2)
+    for entry in data["runs"]:
+        percentile, (first, last, stride) = entry["percentile"], entry["t"]
+        ts = range(first, last + 1, stride)
+        assert len(entry["h"]) == len(ts)
+        server = [rules.server_early_stopping(over[:t], 1, percentile=percentile).queries_needed - t for t in ts]
+        assert [(t, h) for t, h, expected in zip(ts, server, entry["h"]) if h != expected] == []
+        # LoadGen's SingleStream/MultiStream search (t = 1, 2, ... in turn) gives the same h over this range
+        assert [rules.min_passing_queries(t, percentile) for t in ts] == entry["h"]
+
+
+def test_server_early_stopping_at_p99_and_8550_over_latency_is_loadgens():
+    # The exact binomial CDF has h = 868100 fail (odds 0.0100000000279 >= 0.01), so the exact least passing h is
+    # 868101; LoadGen's arithmetic has it pass (0.0099999999955), and LoadGen needs 868100 + 8550 queries.
+    assert betainc(868100, 8551, 0.99) > 0.01 > betainc(868101, 8551, 0.99)
+    result = rules.server_early_stopping(np.r_[np.full(868_099, 0), np.full(8550, 2)], 1)
+    assert (result.overlatency, result.queries_needed, result.more_queries_needed) == (8550, 876_650, 1)
+    assert rules.server_early_stopping(np.r_[np.full(868_100, 0), np.full(8550, 2)], 1).met
+    assert rules.min_passing_queries(8550, 0.99) == 868_100
+    # SingleStream/MultiStream at p99: 876,650 queries afford 8550 over-latency queries (discarding 8549)
+    assert rules.early_stopping_estimate(np.arange(876_650), 0.99).discarded == 8549
+    assert rules.early_stopping_estimate(np.arange(876_649), 0.99).discarded == 8548
+
+
 # -- pure rules --------------------------------------------------------------------------------------------------------
 
 def test_min_passing_queries_known_values():
@@ -410,3 +532,28 @@ def test_validity_rules():
                               sample_latencies=[1] * 10, last_completion_s=0.1, samples_per_query=11).valid
     with pytest.raises(ValueError):
         rules.validity("Batch", min_duration_ms=1, min_query_count=1, queries_issued=1, sample_latencies=[1])
+
+
+
+def test_validity_checks_are_plain_bools():
+    # numpy times, counts, latencies and bounds (as a virtual-time run has them) give plain bools: JSON writes them
+    latencies = np.full(700, 3, dtype=np.int64)
+    verdicts = [
+        rules.validity("Server", min_duration_ms=100, min_query_count=100, queries_issued=np.int64(700),
+                       sample_latencies=latencies, target_latency=np.int64(5), final_scheduled_s=np.float64(0.2)),
+        rules.validity("SingleStream", min_duration_ms=100, min_query_count=700, queries_issued=np.int64(700),
+                       sample_latencies=latencies, final_issued_s=np.float64(0.05)),
+        rules.validity("MultiStream", min_duration_ms=100, min_query_count=100, queries_issued=np.int64(100),
+                       sample_latencies=np.tile(latencies, 8)[:800], query_latencies=latencies[:100],
+                       final_issued_s=np.float64(0.2), samples_per_query=8),
+        rules.validity("Offline", min_duration_ms=100, min_query_count=1, queries_issued=np.int64(1),
+                       sample_latencies=latencies[:11], last_completion_s=np.float64(0.1), samples_per_query=11),
+    ]
+    for verdict in verdicts:
+        assert all(type(value) is bool for value in verdict.checks.values()), verdict.checks
+        assert type(verdict.valid) is bool
+        json.dumps(verdict.checks)
+    assert [v.valid for v in verdicts] == [True, False, False, True]
+
+if __name__ == "__main__":
+    record_server_early_stopping(Path(sys.argv[1]) if len(sys.argv) > 1 else SERVER_DATA)

@@ -14,20 +14,25 @@ Early stopping (MLPerf inference rules, "Early stopping criterion"): with ``n`` 
 ``L``, the run shows with confidence ``c`` that the ``p``-th percentile latency is at most ``L`` when ``n >= h + t``,
 ``h`` being the least number of passing queries for which seeing ``t`` or fewer over-latency ones among ``h + t`` has
 probability below ``1 - c`` if the true fraction over ``L`` were ``1 - p``. That probability is the binomial CDF,
-``BetaRegularized[p - d, h, 1 + t]`` (``d``: a tolerance, 0 in LoadGen), evaluated here with
-``scipy.special.betainc`` (LoadGen sums a series for it; the two agree to about 1e-9 relative, far inside the margin
-by which the search's comparisons are decided).
+``BetaRegularized[x, h, 1 + t]`` with ``x = p - d`` (``d``: a tolerance, 0 in LoadGen), and it is computed here as
+LoadGen computes it, operation for operation: ``x^h (1 - x)^t / (h Beta[h, 1 + t])`` (from ``exp``, ``log`` and
+``lgamma`` of the C library, as LoadGen calls them) times the hypergeometric series
+``Hypergeometric2F1[1, -t, 1 + h, x / (x - 1)]``, summed term by term until a term is at most ``2^-33``, in double
+precision and in LoadGen's order of operations; the search for ``h`` runs compiled (numba, on first use) so that runs
+of a million queries stay fast. An accurate CDF (``scipy.special.betainc``) would not do: LoadGen's value is off by up
+to about 1e-8 relative for ``h`` in the millions (its ``lgamma`` terms, of order ``h log h``, cancel), and that
+decides some of the search's comparisons. At p99 with ``t = 8550``, ``h = 868100`` gives 0.0099999999955 in LoadGen's
+arithmetic and 0.0100000000279 exactly, so LoadGen's ``h`` (868100) is one less than the exact least passing ``h``.
 """
 
 from __future__ import annotations
 
-import bisect
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.special import betainc
 
 from conformance.hardware.base import SCENARIOS
 
@@ -60,79 +65,136 @@ def _check_scenario(scenario: str) -> None:
 
 # -- minimum passing queries -------------------------------------------------------------------------------------------
 
+# LoadGen sums its hypergeometric series until a term is at most this (its kTolerance).
+_SERIES_TOLERANCE = 2.0 ** -33
+
+
+def _search_kernel(out, t_first, x0, y0, x1, y1, x, limit, min_slope):
+    """LoadGen's ``MinPassingQueriesFinder`` asked for ``t = t_first, t_first + 1, ...`` in turn: ``out[k]`` is its
+    answer for ``t_first + k``. Run compiled (:func:`_compiled_search`).
+
+    ``(x0, y0)`` and ``(x1, y1)``, ``x0 < x1 < t_first``, are the two largest ``(t, h(t))`` entries of the finder's
+    cache below ``t_first``, or its stand-ins where it holds fewer: ``(0, h0)`` for the larger and ``(-1, 0)`` for the
+    smaller, ``h0 = ceil(log(1 - c) / log(x))``. Each answer joins the cache and brackets the next search. Cached
+    entries are for ``t >= 1``, so an ``x1`` of 0 is the stand-in.
+
+    A search takes the bracket ``[int((t - x1) m + y1), int((t - x1) (y1 - y0) (x1 - x0) + y1 + 1)]`` (``m``:
+    ``min_slope``, ``(p - d) / (1 - p + d)``) and bisects it for the least ``h`` whose odds are below ``limit``
+    (``1 - c``), or gives the bracket's upper end when none in it is. The odds of ``h`` are LoadGen's
+    ``BetaRegularized[x, h, 1 + t]``:
+    ``exp(h log(x) + t log(1 - x) - lbeta) / h`` (``lbeta = (lgamma(h) + lgamma(1 + t)) - lgamma(h + 1 + t)``) times
+    ``1 + sum of terms``, ``term_0 = 1``, ``term_(i+1) = term_i ((i - t) z / (h + 1 + i))``, ``z = x / (x - 1)``, up
+    to and including the first term at most 2^-33 in magnitude (or 0, at ``i = t``). ``log(x)``, ``log(1 - x)`` and
+    ``z`` are the same in every evaluation, so they are computed once.
+    """
+    z = x / (x - 1.0)
+    log_x = math.log(x)
+    log_1x = math.log(1.0 - x)
+    for k in range(out.size):
+        t = t_first + k
+        low = int((t - x1) * min_slope + y1)
+        high = int((t - x1) * float((y1 - y0) * (x1 - x0)) + y1 + 1)
+        count = high - low
+        while count > 0:
+            step = count // 2
+            h = low + step
+            lbeta = (math.lgamma(h) + math.lgamma(1 + t)) - math.lgamma(h + 1 + t)
+            scale = math.exp(h * log_x + t * log_1x - lbeta) / h
+            term = 1.0
+            series = 1.0
+            i = 0
+            while abs(term) > _SERIES_TOLERANCE:
+                term *= (i - t) * z / (h + 1 + i)
+                series += term
+                i += 1
+            if scale * series < limit:
+                count = step
+            else:
+                low = h + 1
+                count -= step + 1
+        out[k] = low
+        if x1 >= 1:
+            x0, y0 = x1, y1
+        x1, y1 = t, low
+
+
+@functools.cache
+def _compiled_search():
+    """:func:`_search_kernel` compiled (numba: the C library's ``lgamma``, ``log``, ``exp``, IEEE double arithmetic
+    without reassociation or fused multiply-adds, as LoadGen's C++ is built). The compiled code is cached on disk next
+    to this file."""
+    import numba  # deferred: a process pays numba's import and the compilation when early stopping is first computed
+
+    return numba.njit(cache=True, nogil=True, error_model="numpy")(_search_kernel)
+
+
 class _PassingSearch:
     """LoadGen's search for the minimum passing queries ``h(t)`` at one (percentile, tolerance, confidence).
 
     LoadGen brackets each search by the answers for smaller ``t`` it already has: ``h(t)`` grows by at least
     ``(p - d) / (1 - p + d)`` per over-latency query, and by at most the previous step; within the bracket it takes the
-    least ``h`` that passes by bisection (the whole bracket failing gives its upper end). Its early-stopping loops ask
-    for ``t = 1, 2, 3, ...`` in order from a fresh cache, which is the order kept here: ``h(t)`` is computed after
-    every smaller ``t``, so each search sees the bracket LoadGen's does. ``t = 0`` (a Server run with no over-latency
-    query) is searched as LoadGen does from a fresh cache, without entering the others' brackets.
+    least ``h`` that passes by bisection (the whole bracket failing gives its upper end). Its SingleStream/MultiStream
+    early-stopping loops ask for ``t = 1, 2, 3, ...`` in order from a fresh cache, which is the order kept here
+    (:meth:`__call__`): ``h(t)`` is computed after every smaller ``t``, so each search sees the bracket LoadGen's does.
+    Server early stopping asks once, for its ``t``, from a fresh cache (:meth:`alone`); so is ``t = 0`` searched.
     """
 
     def __init__(self, percentile: float, tolerance: float, confidence: float):
         if not 0.0 < percentile - tolerance < 1.0 or not 0.0 < confidence < 1.0:
             raise ValueError(f"early stopping needs 0 < percentile - tolerance < 1 and 0 < confidence < 1, got "
                              f"percentile={percentile}, tolerance={tolerance}, confidence={confidence}")
-        self.q = percentile - tolerance
+        self.x = percentile - tolerance
         self.limit = 1 - confidence
         self.min_slope = (percentile - tolerance) / (1 - percentile + tolerance)
         # p^h < 1 - c: the answer for t = 0, the bracket's starting point
         self.h0 = math.ceil(math.log(1 - confidence) / math.log(percentile - tolerance))
-        self.h = [0]  # h[t] for t >= 1, in order (index 0 unused)
-        self.needed = [0]  # needed[t] = h[t] + t: the queries early stopping needs to allow t over-latency queries
-        self.zero: int | None = None
+        self.known = 1  # h(t) is known for 1 <= t < known
+        self.h = np.zeros(1024, dtype=np.int64)  # h[t] (h[0] unused)
+        # needed[t] = h[t] + t: the queries early stopping needs to allow t over-latency queries (needed[0] = 0)
+        self.needed = np.zeros(1024, dtype=np.int64)
+        self.single: dict[int, int] = {}
 
-    def passes(self, h: int, t: int) -> bool:
-        """Whether seeing ``t`` or fewer over-latency queries among ``h + t`` is less likely than ``1 - c``."""
-        return float(betainc(h, 1 + t, self.q)) < self.limit
+    def _run(self, out: np.ndarray, t_first: int, x0: int, y0: int, x1: int, y1: int) -> None:
+        _compiled_search()(out, t_first, x0, y0, x1, y1, self.x, self.limit, self.min_slope)
 
-    def _bisect(self, t: int, low: int, high: int) -> int:
-        """The least ``h`` in ``[low, high)`` that passes; ``high`` when none does."""
-        count = high - low
-        while count > 0:
-            step = count // 2
-            h = low + step
-            if self.passes(h, t):
-                count = step
-            else:
-                low = h + 1
-                count -= step + 1
-        return low
+    def extend(self, t: int) -> None:
+        """Make ``h(1), ..., h(t)`` known, asking for them in order after those already known."""
+        start = self.known
+        if t < start:
+            return
+        if t >= self.h.size:
+            size = max(t + 1, 2 * self.h.size)
+            self.h = np.concatenate([self.h, np.zeros(size - self.h.size, dtype=np.int64)])
+            self.needed = np.concatenate([self.needed, np.zeros(size - self.needed.size, dtype=np.int64)])
+        x1, y1 = (start - 1, int(self.h[start - 1])) if start >= 2 else (0, self.h0)  # LoadGen's stand-ins when
+        x0, y0 = (start - 2, int(self.h[start - 2])) if start >= 3 else (-1, 0)  # its cache holds fewer entries
+        self._run(self.h[start:t + 1], start, x0, y0, x1, y1)
+        self.needed[start:t + 1] = self.h[start:t + 1] + np.arange(start, t + 1)
+        self.known = t + 1
 
-    def _search(self, t: int, x0: int, y0: int, x1: int, y1: int) -> int:
-        """Search ``h(t)`` from the answers ``y0 = h(x0)``, ``y1 = h(x1)`` for the two largest known ``x0 < x1 < t``."""
-        low = int((t - x1) * self.min_slope + y1)
-        high = int((t - x1) * float((y1 - y0) * (x1 - x0)) + y1 + 1)
-        return self._bisect(t, low, high)
-
-    def extend(self) -> None:
-        t = len(self.h)
-        x0, y0, x1, y1 = -1, 0, 0, self.h0  # LoadGen's starting points when nothing smaller is known
-        if t >= 2:
-            x1, y1 = t - 1, self.h[t - 1]
-        if t >= 3:
-            x0, y0 = t - 2, self.h[t - 2]
-        h = self._search(t, x0, y0, x1, y1)
-        self.h.append(h)
-        self.needed.append(h + t)
+    def alone(self, t: int) -> int:
+        """``h(t)`` searched from a fresh cache, as LoadGen's Server early stopping (and ``t = 0``) asks for it."""
+        h = self.single.get(t)
+        if h is None:
+            out = np.zeros(1, dtype=np.int64)
+            self._run(out, t, -1, 0, 0, self.h0)
+            h = self.single[t] = int(out[0])
+        return h
 
     def __call__(self, t: int) -> int:
         if t == 0:
-            if self.zero is None:
-                self.zero = self._search(0, -1, 0, 0, self.h0)
-            return self.zero
-        while len(self.h) <= t:
-            self.extend()
-        return self.h[t]
+            return self.alone(0)
+        self.extend(t)
+        return int(self.h[t])
 
     def overlatency_allowed(self, queries: int) -> int:
         """LoadGen's ``t`` for ``queries`` queries (at least ``h(1) + 1``): one less than the least ``i >= 2`` with
         ``queries < h(i) + i``."""
-        while self.needed[-1] <= queries:
-            self.extend()
-        return bisect.bisect_right(self.needed, queries, lo=1) - 1
+        # h(t) + t grows by about 1 / (1 - x) per t: it passes ``queries`` before t = queries (1 - x) + 2
+        self.extend(max(2, int((queries + 1) * (1 - self.x)) + 2))
+        while self.needed[self.known - 1] <= queries:
+            self.extend(self.known + max(64, self.known // 4))
+        return int(np.searchsorted(self.needed[:self.known], queries, side="right")) - 1
 
 
 _SEARCHES: dict[tuple[float, float, float], _PassingSearch] = {}
@@ -148,9 +210,10 @@ def _search_for(percentile: float, tolerance: float, confidence: float) -> _Pass
 
 def min_passing_queries(t: int, percentile: float, tolerance: float = TOLERANCE, confidence: float = CONFIDENCE) -> int:
     """LoadGen's MinPassingQueriesFinder: the least ``h`` such that ``t`` or fewer over-latency queries among ``h + t``
-    has probability below ``1 - confidence`` (``BetaRegularized[percentile - tolerance, h, 1 + t] < 1 - confidence``),
-    found by LoadGen's bracketed search. Cached: each (percentile, tolerance, confidence) computes ``h`` for
-    ``t = 1, 2, ...`` once, in order."""
+    has probability below ``1 - confidence`` (``BetaRegularized[percentile - tolerance, h, 1 + t] < 1 - confidence``,
+    in LoadGen's arithmetic), found by LoadGen's bracketed search with ``t = 1, 2, ...`` asked in order (its
+    SingleStream/MultiStream loops; ``t = 0`` from a fresh cache). Cached: each (percentile, tolerance, confidence)
+    computes ``h`` for ``t = 1, 2, ...`` once, in order."""
     t = int(t)
     if t < 0:
         raise ValueError(f"t (over-latency queries) must be >= 0, got {t}")
@@ -257,11 +320,12 @@ class ServerEarlyStopping:
 def server_early_stopping(latencies: Sequence, target_latency, percentile: float = SERVER_PERCENTILE,
                           confidence: float = CONFIDENCE) -> ServerEarlyStopping:
     """LoadGen's Server early stopping: ``t`` = the latencies above ``target_latency`` (LoadGen's
-    ``result_overlatency_query_count``), ``h = min_passing_queries(t, percentile)``; met iff ``n >= h + t``."""
+    ``result_overlatency_query_count``), ``h`` the minimum passing queries for ``t`` (:func:`min_passing_queries`,
+    searched as LoadGen's Server searches it: for this ``t`` alone, from a fresh cache); met iff ``n >= h + t``."""
     values = np.asarray(latencies)
     n = int(values.size)
     t = int(np.count_nonzero(values > target_latency))
-    needed = min_passing_queries(t, percentile, TOLERANCE, confidence) + t
+    needed = _search_for(percentile, TOLERANCE, confidence).alone(t) + t
     if n >= needed:
         return ServerEarlyStopping(True, t, n, needed, 0, " * Run successful.")
     message = (f" * Run unsuccessful.\n * Processed {n} queries.\n * Would need to run at least {needed - n} more "
@@ -418,7 +482,8 @@ def validity(scenario: str, *, min_duration_ms: float, min_query_count: int, que
             reason += MIN_DURATION_RECOMMENDATIONS[scenario] + " "
         if not queries_ok:
             reason += MIN_QUERIES_NOT_MET
-    return Validity(valid, duration_ok, queries_ok, early_ok, perf_ok, reason, early_text,
+    return Validity(bool(valid), bool(duration_ok), bool(queries_ok), bool(early_ok),
+                    None if perf_ok is None else bool(perf_ok), reason, early_text,
                     MIN_DURATION_RECOMMENDATIONS[scenario])
 
 
