@@ -366,8 +366,15 @@ def summarize(trace: SimulationTrace, settings: ScenarioSettings, log_dir: Path 
             "issue_same_index")}, "seeds": dataclasses.asdict(settings.seeds()), "valid": result.valid, "checks": result.checks,
             "invalid_reason": result.invalid_reason, "metric": metric, "value": value, "units": units, "details": details,
             "sut_errors": result.sut_errors}
-        write_text_atomic(Path(log_dir) / SUMMARY_FILE, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+        write_text_atomic(Path(log_dir) / SUMMARY_FILE, json.dumps(summary, indent=2, sort_keys=True, default=_json_value) + "\n")
     return result
+
+
+def _json_value(value):
+    """numpy scalars as the Python numbers and booleans they hold; anything else is a programming error, never text."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
 def simulate_scenario(device: ServiceTimeDevice, settings: ScenarioSettings, log_dir: Path | None = None, *,
