@@ -53,6 +53,7 @@ from conformance.perf.harness import (
     ScenarioSettings,
     scenario_metric,
 )
+from conformance.perf.mlperf_log import write_loadgen_logs
 
 SUMMARY_FILE = "simulation_summary.json"
 
@@ -367,6 +368,7 @@ def summarize(trace: SimulationTrace, settings: ScenarioSettings, log_dir: Path 
             "invalid_reason": result.invalid_reason, "metric": metric, "value": value, "units": units, "details": details,
             "sut_errors": result.sut_errors}
         write_text_atomic(Path(log_dir) / SUMMARY_FILE, json.dumps(summary, indent=2, sort_keys=True, default=_json_value) + "\n")
+        write_loadgen_logs(Path(log_dir), settings, trace, result)
     return result
 
 
