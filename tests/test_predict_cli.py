@@ -70,11 +70,16 @@ def test_set_values_that_parse(capsys):
 
 
 def test_version(capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["--version"])
-    assert exc.value.code == 0
+    assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"ipu-conformance {package_version()}"
     assert package_version() == conformance.__version__
+
+
+def test_version_imports_no_subcommand():
+    code = ("import sys; from conformance.cli import main; main(['--version']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('conformance.cli.', 'models', 'mlperf_loadgen'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]"
 
 
 def test_version_subprocess():

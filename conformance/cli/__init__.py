@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--version"]:  # at once: without importing the subcommands (models, numerics, LoadGen)
+        print(f"ipu-conformance {package_version()}")
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
