@@ -14,11 +14,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, create_model
+from pydantic import Field, create_model
 
 from conformance.hardware import get_backend, hardware_names
 from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
 from conformance.targets import DataFileError, Schema, backend_files, fail, read_toml, validate
+from conformance.targets.bounds import MAX_BATCH, MAX_LATENCY_MS, MAX_QUERIES, MAX_RATE, count, non_negative, positive
 from conformance.targets.profiles import load_profiles
 from models import MODEL_NAMES
 
@@ -77,30 +78,30 @@ Scenario = Literal[SCENARIOS]
 
 
 class ModelRunSchema(Schema):
-    server_latency_ms: PositiveFloat  # MLPerf's Server latency bound
+    server_latency_ms: positive(MAX_LATENCY_MS)  # MLPerf's Server latency bound
     mlperf_model: Literal[MLPERF_BENCHMARKS]  # a benchmark of LoadGen's built-in mlperf.conf
-    rows_per_sample: PositiveInt
-    max_batch: dict[str, PositiveInt] = Field(min_length=1)  # hardware -> largest device batch (samples)
-    server_batch_timeout_ms: float = Field(ge=0)
+    rows_per_sample: count(MAX_BATCH)
+    max_batch: dict[str, count(MAX_BATCH)] = Field(min_length=1)  # hardware -> largest device batch (samples)
+    server_batch_timeout_ms: non_negative(MAX_LATENCY_MS)
 
 
 # scenario -> target: a latency bound in ms or a rate in samples/s, both > 0
-ScenarioTargets = dict[Scenario, PositiveFloat]
+ScenarioTargets = dict[Scenario, positive(MAX_RATE)]
 
 
 @lru_cache(maxsize=None)
 def _schemas() -> tuple[type[Schema], type[Schema]]:
     """(suite file, backend file) schemas; built on first use, since the hardware names come from entry points."""
     hardware = Literal[hardware_names()]
-    model_run = create_model("ModelRun", __base__=ModelRunSchema, max_batch=(dict[hardware, PositiveInt], Field(min_length=1)))
+    model_run = create_model("ModelRun", __base__=ModelRunSchema, max_batch=(dict[hardware, count(MAX_BATCH)], Field(min_length=1)))
     suite = create_model("PerformanceFile", __base__=Schema,
                          models=(dict[ModelName, model_run], ...),
                          targets=(dict[ModelName, dict[hardware, dict[str, ScenarioTargets]]], ...))
-    counts = create_model("QueryCounts", __base__=Schema, **{s: (PositiveInt, ...) for s in SCENARIOS})
+    counts = create_model("QueryCounts", __base__=Schema, **{s: (count(MAX_QUERIES), ...) for s in SCENARIOS})
     profile = create_model("BackendProfile", __base__=Schema, min_query_count=(counts, ...))
     backend = create_model("BackendPerformanceFile", __base__=Schema,
                            targets=(dict[ModelName, dict[str, dict[str, ScenarioTargets]]], {}),
-                           max_batch=(dict[ModelName, PositiveInt], {}),
+                           max_batch=(dict[ModelName, count(MAX_BATCH)], {}),
                            profiles=(dict[Literal["smoke", "default", "full"], profile], {}))
     return suite, backend
 

@@ -12,11 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, PositiveInt, create_model
+from pydantic import AfterValidator, Field, create_model
 
 from conformance.hardware import hardware_names
 from conformance.hardware.base import SCENARIOS
 from conformance.targets import DataFileError, Schema, backend_files, read_toml, validate
+from conformance.targets.bounds import MAX_DURATION_MS, MAX_QUERIES, MAX_SAMPLES, count
 from models import MODEL_NAMES
 
 PROFILES_FILE = Path(__file__).with_name("profiles.toml")
@@ -66,7 +67,7 @@ def _every_model(value: dict) -> dict:
 
 
 ModelName = Literal[MODEL_NAMES]
-PerModel = Annotated[dict[ModelName, PositiveInt], AfterValidator(_every_model)]  # model -> a count >= 1
+PerModel = Annotated[dict[ModelName, count(MAX_SAMPLES)], AfterValidator(_every_model)]  # model -> a count >= 1
 
 
 class ReferenceSchema(Schema):
@@ -79,7 +80,7 @@ class AuditSchema(Schema):
 
 
 def _query_counts():
-    return create_model("QueryCounts", __base__=Schema, **{s: (PositiveInt, ...) for s in SCENARIOS})
+    return create_model("QueryCounts", __base__=Schema, **{s: (count(MAX_QUERIES), ...) for s in SCENARIOS})
 
 
 @lru_cache(maxsize=None)
@@ -88,14 +89,14 @@ def _schemas() -> tuple[type[Schema], type[Schema]]:
     come from entry points."""
     counts = _query_counts()
     performance = create_model("PerformanceRun", __base__=Schema,
-                               min_duration_ms=(PositiveInt, ...),
+                               min_duration_ms=(count(MAX_DURATION_MS), ...),
                                min_query_count=(dict[Literal[hardware_names()], counts], ...),
                                performance_samples=(PerModel, ...))
     profile = create_model("ProfileSchema", __base__=Schema,
                            description=(str, ""),
                            samples=(PerModel, ...),
                            batch_size=(PerModel, ...),
-                           minilm_sentences=(PositiveInt, ...),
+                           minilm_sentences=(count(MAX_SAMPLES), ...),
                            strict_xfails=(bool, ...),
                            performance=(performance, ...),
                            audit=(AuditSchema, ...))
