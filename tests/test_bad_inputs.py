@@ -21,10 +21,13 @@ import pytest
 
 from conformance.cli import main as cli_main
 from conformance.hardware.ipu import policy
+from conformance.report import record as results_record
 from conformance.hardware.ipu.timing import chips, cost, fit
 from conformance.targets import accuracy, audit, performance, profiles, regression
 from models import CheckpointError, load_model
 from tests.test_models_config import FIRST, _widedeep_checkpoint
+from tests.test_report_shard_merge import split_sample
+from tests.test_report_verify import EARLIER, F1, fail_test, nothing_judged, passing_results
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = ["-q", "--hardware", "ipu", "--profile", "smoke", "--model", "widedeep"]
@@ -58,6 +61,7 @@ class Bad:
     collect_only: bool = True  # the main job with --co (else with a -k that selects nothing)
     names_line: bool = True  # a data file row: the message names the edited line (not only its table's)
     accepted: str = ""  # why the input is still accepted: the row is a strict expected failure until it is refused
+    untouched: tuple[str, ...] = ()  # paths under the test's directory (an earlier report) the row must leave as they were
 
 
 def data(file: str, old: str, new: str, *says: str, entry: str = "suite", args: tuple[str, ...] = (), code: int = 4,
@@ -102,6 +106,61 @@ def _file(name: str, content: str | bytes) -> Callable[[Path], None]:
         target.parent.mkdir(parents=True, exist_ok=True)
         (target.write_bytes if isinstance(content, bytes) else target.write_text)(content)
     return make
+
+
+def _earlier(tmp_path: Path) -> None:
+    """An earlier report: the directory ``earlier/`` with a compliance.md and a results.json."""
+    (tmp_path / "earlier").mkdir(exist_ok=True)
+    (tmp_path / "earlier" / "compliance.md").write_text(EARLIER)
+    (tmp_path / "earlier" / "results.json").write_text(json.dumps(passing_results()))
+
+
+def _results(name: str, mutate: Callable[[dict], object] | None = None, *, verdict: bool = False,
+             base: Callable[[], dict] = passing_results) -> Callable[[Path], None]:
+    """A results.json at ``name``: the passing sample run, changed by ``mutate``; with ``verdict`` its verdict and exit
+    status made to follow from the change (a consistent file); and an earlier report beside it."""
+    def make(tmp_path: Path) -> None:
+        data = base()
+        if mutate is not None:
+            mutate(data)
+        if verdict:
+            judgement = results_record.judgement_of(data)
+            data["verdict"], data["exit_status"] = judgement.verdict, judgement.exit_status
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(data))
+        _earlier(tmp_path)
+    return make
+
+
+def _shards(change: Callable[[dict], object] | None = None, count: int = 2) -> Callable[[Path], None]:
+    """The sample run's shard files ``shard1.json`` ... (the second changed by ``change``) and an earlier report."""
+    def make(tmp_path: Path) -> None:
+        for index, (name, data) in enumerate(split_sample(count)):
+            if index == 1 and change is not None:
+                change(data)
+            (tmp_path / name).write_text(json.dumps(data))
+        _earlier(tmp_path)
+    return make
+
+
+def _both(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
+    def make(tmp_path: Path) -> None:
+        for setup in setups:
+            setup(tmp_path)
+    return make
+
+
+def _only(model: str) -> Callable[[dict], None]:
+    def keep(data: dict) -> None:
+        data["tests"] = [t for t in data["tests"] if f"[{model}" in t["id"]]
+        data["records"] = [r for r in data["records"] if r["model"] == model]
+    return keep
+
+
+def _nulls(data: dict) -> None:
+    for record in data["records"]:
+        record.update(value=None, passed=False)
 
 
 def _checkpoint(convert=None, config: Callable[[dict], object] | None = None) -> Callable[[Path], None]:
@@ -161,7 +220,7 @@ CASES = [
     data(PERF, "[models.widedeep]", "[models.wide-deep]", "unknown name 'wide-deep'", name="perf-unknown-model"),
     # -- profiles ----------------------------------------------------------------------------------------------------
     data(PROF, "widedeep = 1024 }\nbatch_size", "widedeep = -5 }\nbatch_size", "smoke.samples.widedeep = -5",
-         "greater than 0", name="profile-negative-samples"),
+         "greater than or equal to 1", name="profile-negative-samples"),
     data(PROF, "strict_xfails = true", "strict_xfails = 1", "default.strict_xfails = 1", "valid boolean",
          name="profile-number-as-bool"),
     data(PROF, "sampling_target = 32", "sampling_target = 32\nsampling = 4", "default.audit", "unknown key 'sampling'",
@@ -246,7 +305,7 @@ CASES = [
     Bad("user-checkpoint-missing", args=("--checkpoint", "widedeep={tmp}/none"), says=("--checkpoint widedeep", "none",
                                                                                         "does not exist")),
     Bad("user-checkpoint-of-another-model", args=("--checkpoint", "widedeep={tmp}/ckpt"),
-        setup=_checkpoint(config=lambda c: {**c, "model_type": "resnet"}), says=("ckpt", "model_type 'resnet'",
+        setup=_checkpoint(config=lambda c: {**c, "model_type": "resnet"}), says=("ckpt", "model_type", "resnet",
                                                                                  "'widedeep'")),
     Bad("user-checkpoint-unknown-model", args=("--checkpoint", "widedep={tmp}/ckpt"), says=("widedep", "unknown model")),
     Bad("user-checkpoint-not-model-path", args=("--checkpoint", "{tmp}/ckpt"), says=("is not MODEL=PATH",)),
@@ -281,6 +340,73 @@ CASES = [
         says=("x.txt:2", "'auc;accuracy' is not a check name")),
     Bad("xfail-unknown-bucket", args=("--xfail-file", "{tmp}/x.txt"), setup=_file("x.txt", "[flaky]\n"),
         says=("x.txt:1", "unknown bucket '[flaky]'")),
+    Bad("xfail-star-skips-every-test", args=("--xfail-file", "{tmp}/x.txt"),
+        setup=_file("x.txt", "[unsupported]\n*  not supported on this hardware\n"),
+        says=("x.txt:2", "test id '*' matches every test")),
+    Bad("xfail-star-dash-star-waives-every-test", args=("--xfail-file", "{tmp}/x.txt"),
+        setup=_file("x.txt", XFAIL_HEADER + "*-*  snr_db  every precision is short\n"),
+        says=("x.txt:2", "test id '*-*' matches every test")),
+    Bad("xfail-matches-every-collected-test", args=("--xfail-file", "{tmp}/x.txt", "--report-dir", "{tmp}/earlier"),
+        setup=_both(_file("x.txt", "[unsupported]\ntest_reference[widedeep]  not here\ntest_*[widedeep*]  nor here\n"),
+                    _earlier),
+        says=("x.txt:3", "'test_*[widedeep*]' matches every one of the 21 collected tests"), untouched=("earlier",)),
+]
+
+# -- results files that are not believed: the report CLI and --baseline ---------------------------------------------
+R = "{tmp}/r.json"
+OUT = ("--out", "{tmp}/earlier/compliance.md")
+KEPT = ("earlier",)
+CASES += [
+    Bad("report-gate-below-target-marked-passed", entry="cli", args=("report", R, *OUT),
+        setup=_results("r.json", lambda d: next(r for r in d["records"] if r["id"] == F1).update(value=-0.18, target=0.816)),
+        says=("r.json", "inconsistent results file", F1, "passed is true, but value -0.18 >= target 0.816 is false"),
+        untouched=KEPT),
+    Bad("report-pass-with-exit-status-1", entry="cli", args=("report", R, *OUT),
+        setup=_results("r.json", lambda d: d.update(exit_status=1)),
+        says=("r.json", "verdict PASS with exit status 1", "give FAIL with exit status 1"), untouched=KEPT),
+    Bad("report-failed-test-under-pass", entry="cli", args=("report", R, *OUT),
+        setup=_results("r.json", lambda d: fail_test(d, "test_accuracy[bert-base-fp16]", records_too=True)),
+        says=("r.json", "verdict PASS with exit status 0", "1 test(s) failed"), untouched=KEPT),
+    Bad("report-failed-test-whose-records-say-passed", entry="cli", args=("report", R, *OUT),
+        setup=_results("r.json", lambda d: fail_test(d, "test_accuracy[bert-base-fp16]", records_too=False)),
+        says=("r.json", F1, "outcome 'passed', but its test's is 'failed'"), untouched=KEPT),
+    Bad("report-every-record-twice", entry="cli", args=("report", R, *OUT),
+        setup=_results("r.json", lambda d: d.update(records=d["records"] * 2)),
+        says=("r.json", "a copy of record"), untouched=KEPT),
+    Bad("report-compare-tampered", entry="cli", args=("report", "compare", "{tmp}/earlier/results.json", R, *OUT),
+        setup=_results("r.json", lambda d: d.update(exit_status=1)),
+        says=("r.json", "verdict PASS with exit status 1"), untouched=KEPT),
+    Bad("report-validate-tampered", entry="cli", args=("report", "validate", R),
+        setup=_results("r.json", lambda d: next(r for r in d["records"] if r["id"] == F1).update(value=-0.18)),
+        says=("r.json", "inconsistent results file", "passed is true, but value -0.18 >= target 0.99 is false")),
+    Bad("report-nothing-judged", entry="cli", args=("report", R, "--out", "{tmp}/none.md"), code=5,
+        setup=_results("r.json", nothing_judged, verdict=True), says=("nothing was judged", "exit 5")),
+    Bad("report-compare-nothing-in-common", entry="cli", args=("report", "compare", "{tmp}/bert.json", "{tmp}/resnet.json"),
+        setup=_both(_results("bert.json", _only("bert-base"), verdict=True),
+                    _results("resnet.json", _only("resnet50"), verdict=True)),
+        says=("resnet.json", "compares nothing")),
+    Bad("report-one-shard-of-two", entry="cli", args=("report", "{tmp}/shard1.json", *OUT, "--merged-json", "{tmp}/all.json"),
+        setup=_shards(), says=("shard1.json", "incomplete set of shards", "2/2 missing"), untouched=(*KEPT, "all.json")),
+    Bad("report-two-shards-of-three", entry="cli", args=("report", "{tmp}/shard1.json", "{tmp}/shard2.json", *OUT),
+        setup=_shards(count=3), says=("shard(s) 3/3 missing",), untouched=KEPT),
+    Bad("report-shards-of-mixed-precisions", entry="cli", args=("report", "{tmp}/shard1.json", "{tmp}/shard2.json", *OUT),
+        setup=_shards(lambda d: d["settings"].update(precisions=["fp8"])),
+        says=("shard2.json: settings.precisions is ['fp8']", "shard1.json"), untouched=KEPT),
+    Bad("report-shards-of-other-devices", entry="cli", args=("report", "{tmp}/shard1.json", "{tmp}/shard2.json", *OUT),
+        setup=_shards(lambda d: d["settings"].update(device="bow")),
+        says=("shard2.json: settings.device is 'bow'",), untouched=KEPT),
+    Bad("report-shards-of-other-checkpoints", entry="cli", args=("report", "{tmp}/shard1.json", "{tmp}/shard2.json", *OUT),
+        setup=_shards(lambda d: d["settings"].update(checkpoints={"resnet50": "/mine"})),
+        says=("shard2.json: settings.checkpoints names models ['resnet50']",), untouched=KEPT),
+    Bad("baseline-tampered", args=("--baseline", "{tmp}/b.json", "--report-dir", "{tmp}/earlier"),
+        setup=_results("b.json", lambda d: next(r for r in d["records"] if r["id"] == F1).update(value=-0.18)),
+        says=("--baseline", "b.json", "inconsistent results file", "passed is true, but value -0.18"), untouched=KEPT),
+    Bad("baseline-without-records", args=("--baseline", "{tmp}/b.json", "--report-dir", "{tmp}/earlier"),
+        setup=_results("b.json", nothing_judged, verdict=True),
+        says=("--baseline", "b.json", "compares nothing", "no gated check with a value"), untouched=KEPT),
+    Bad("baseline-only-nulls", args=("--baseline", "{tmp}/b.json", "--report-dir", "{tmp}/earlier"),
+        setup=_results("b.json", _nulls, verdict=True),
+        says=("--baseline", "b.json", "compares nothing"), untouched=KEPT),
 ]
 
 
@@ -348,6 +474,7 @@ def test_bad_input_is_refused_naming_it(case, tmp_path, pytester, capsys, monkey
         monkeypatch.setattr(importlib.import_module(module), constant, copy)
     if case.setup is not None:
         case.setup(tmp_path)
+    before = {name: _contents(tmp_path / name) for name in case.untouched}
     code, message = _run(case, tmp_path, pytester, capsys)
     assert code == case.code, f"{case.id}: exit {code}, expected {case.code}:\n{message}"
     missing = [word for word in case.says if word not in message]
@@ -357,6 +484,15 @@ def test_bad_input_is_refused_naming_it(case, tmp_path, pytester, capsys, monkey
         assert f":{line}:" in message or f"line {line}:" in message or f"at line {line}," in message, \
             f"{case.id}: the message does not name line {line}:\n{message}"
     assert "Traceback" not in message, message
+    for name, contents in before.items():
+        assert _contents(tmp_path / name) == contents, f"{case.id}: {name} was changed"
+
+
+def _contents(path: Path) -> dict | bytes | None:
+    """A file's bytes, a directory's files (by relative path) with theirs; None when absent."""
+    if path.is_dir():
+        return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    return path.read_bytes() if path.exists() else None
 
 
 def _first_changed_line(before: str, after: str) -> int:

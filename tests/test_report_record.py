@@ -128,11 +128,22 @@ def test_build_fills_every_key(tmp_path):
     results = results_record.build(settings=settings, backend=get_backend("cpu"), profile=settings.profile_data,
                                    tests=[], records=[], exit_status=0)
     results_record.validate(results)
-    assert results["verdict"] == "PASS"
+    assert (results["verdict"], results["exit_status"]) == ("NO VERDICT", 5), "no gated check: nothing was judged"
     assert results["hardware"]["timing"] == "measured"
+    assert results["settings"]["precisions"] == ["fp32"] and results["settings"]["device"] is None
+    test = {"id": "t.py::test_a", "outcome": "passed", "duration_s": 0.1, "message": "", "xfail": None}
+    record = {"id": "accuracy/bert-base/fp32/-/snr_db", "test_id": test["id"], "kind": "accuracy", "model": "bert-base",
+              "precision": "fp32", "scenario": None, "check": "snr_db", "value": 30.0, "target": 20.0, "op": ">=",
+              "passed": True, "units": "dB", "gating": True, "details": {}, "outcome": "passed"}
+    passing = results_record.build(settings=settings, backend=get_backend("cpu"), profile=settings.profile_data,
+                                   tests=[test], records=[record], exit_status=0)
+    assert (passing["verdict"], passing["exit_status"]) == ("PASS", 0)
+    failing = results_record.build(settings=settings, backend=get_backend("cpu"), profile=settings.profile_data,
+                                   tests=[test], records=[{**record, "value": 10.0, "passed": False}], exit_status=0)
+    assert (failing["verdict"], failing["exit_status"]) == ("FAIL", 1), "a failed gate fails the run, its test or not"
     ipu = results_record.build(settings=settings, backend=get_backend("ipu"), profile=settings.profile_data,
                                tests=[], records=[], exit_status=0)
-    assert ipu["hardware"]["timing"] == "simulated"
+    assert ipu["hardware"]["timing"] == "simulated" and ipu["settings"]["device"] == "c600"
     assert results["profile"]["samples"] == {"bert-base": 2}
     assert results["git"]["commit"] is None or len(results["git"]["commit"]) == 40
     assert results["packages"]["numpy"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -75,12 +76,26 @@ def test_merged_shards_equal_the_whole_run():
     assert [m["shard"] for m in merged["merged_from"]] == ["1/3", "2/3", "3/3"]
 
 
-def test_incomplete_split_fails_and_says_so():
+def test_incomplete_split_is_refused_naming_the_missing_shards():
     parts = split_sample(3)
-    for _, part in parts:  # all-passing shards: only the missing one can make the verdict FAIL
-        part["verdict"] = "PASS"
-    merged = merge.merge(parts[:2])
-    assert merged["missing_shards"] == ["3/3"] and merged["verdict"] == "FAIL"
+    with pytest.raises(merge.MergeError, match=r"incomplete set of shards: shard\(s\) 3/3 missing; given shard1.json "
+                                               r"\(shard 1/3\), shard2.json \(shard 2/3\)"):
+        merge.merge(parts[:2])
+    with pytest.raises(merge.MergeError, match=r"shard\(s\) 2/3, 3/3 missing; given shard1.json"):
+        merge.merge(parts[:1])  # one shard alone is not the run
+    whole = json.loads(SAMPLE.read_text())
+    assert merge.merge([("whole.json", whole)]) is whole  # a run that was not split is returned as it is
+    one_of_one = copy.deepcopy(whole)
+    one_of_one["settings"]["shard"] = "1/1"
+    assert merge.merge([("one.json", one_of_one)]) is one_of_one
+
+
+def test_merged_verdict_is_recomputed_from_the_shards():
+    parts = split_sample(2)
+    for _, part in parts:  # what the shards say is not taken: the merged tests and records decide
+        part["verdict"], part["exit_status"] = "PASS", 0
+    merged = merge.merge(parts)
+    assert (merged["verdict"], merged["exit_status"]) == ("FAIL", 1)
 
 
 @pytest.mark.parametrize(
@@ -89,12 +104,19 @@ def test_incomplete_split_fails_and_says_so():
         (lambda d: d["settings"].update(profile="full"), "settings.profile"),
         (lambda d: d["settings"].update(hardware="cpu"), "settings.hardware"),
         (lambda d: d["git"].update(commit="f" * 40), "results of different code"),
+        (lambda d: d["settings"].update(precisions=["fp16"]), "settings.precisions is ['fp16'] but shard1.json has None"),
+        (lambda d: d["settings"].update(device="bow"), "settings.device is 'bow'"),
+        (lambda d: d["settings"].update(samples={"*": 8}), "settings.samples is {'*': 8}"),
+        (lambda d: d["settings"].update(checkpoints={"bert-base": "/ckpt"}), "settings.checkpoints names models "
+                                                                              "['bert-base'] but shard1.json names []"),
+        (lambda d: d["settings"].update(datasets={"resnet50": "/images"}), "settings.datasets names models"),
     ],
+    ids=["profile", "hardware", "commit", "precisions", "device", "samples", "checkpoints", "datasets"],
 )
 def test_merge_refuses_other_settings_or_commits(change, message):
     parts = split_sample(2)
     change(parts[1][1])
-    with pytest.raises(merge.MergeError, match=message):
+    with pytest.raises(merge.MergeError, match=re.escape(message)):
         merge.merge(parts)
 
 

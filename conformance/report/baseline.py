@@ -3,6 +3,10 @@
 
 :func:`compare` compares a whole run (its ``regressions`` in results.json); :func:`compare_test` compares the records of one
 test as its report is made, so that the test that produced a regressed figure fails.
+
+A baseline is read through :mod:`conformance.report.verify` (an edited or inconsistent file is refused), and one that
+can compare nothing is refused too: a file without a gated check with a value before any test runs, and at the end of
+the run one that has none of the run's gated checks (:func:`common`).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from conformance.report import record as results_record
+from conformance.report import verify
 from conformance.report.checks import CLOCK_KEY, timing_of
 from conformance.report.collect import assign_ids
 from conformance.targets.regression import tolerance_for
@@ -38,8 +43,8 @@ class Regression:
 def load_baseline(path, *, hardware: str, profile: str) -> dict:
     """Read ``path`` and check it can be compared with a run on ``hardware`` at ``profile``."""
     try:
-        data = results_record.load(path)
-    except results_record.ResultsError as exc:
+        data = verify.load(path)
+    except (results_record.ResultsError, verify.InconsistentResults) as exc:
         raise BaselineError(f"--baseline {exc}") from None
     found = data["settings"]
     if found["hardware"] != hardware:
@@ -48,7 +53,30 @@ def load_baseline(path, *, hardware: str, profile: str) -> dict:
     if found["profile"] != profile:
         raise BaselineError(f"--baseline {path}: recorded with profile {found['profile']!r}, this run uses {profile!r}; "
                             f"sample counts differ between profiles, so the figures are not comparable")
+    if not comparable(data["records"]):
+        raise BaselineError(f"--baseline {path}: compares nothing: it holds no gated check with a value "
+                            f"({len(data['records'])} record(s)); give the results.json of a run that judged something")
     return data
+
+
+def comparable(baseline: list[dict]) -> set[str]:
+    """The ids of the baseline's records a run can be compared with: gated checks with a value."""
+    return {r["id"] for r in baseline if r.get("gating", True) and r.get("value") is not None}
+
+
+def common(current: list[dict], baseline: list[dict]) -> set[str]:
+    """The ids of ``current``'s gated checks that ``baseline`` holds with a value: what :func:`compare` compares."""
+    return {r["id"] for r in current if r.get("gating", True)} & comparable(baseline)
+
+
+def compares_nothing(current: list[dict], baseline: list[dict], baseline_path) -> str:
+    """Why a run's records and a baseline have nothing in common, in words (empty when they have)."""
+    if common(current, baseline):
+        return ""
+    gated = sum(1 for r in current if r.get("gating", True))
+    return (f"--baseline {baseline_path} compares nothing: none of the run's {gated} gated check(s) is among its "
+            f"{len(comparable(baseline))} gated check(s) with a value (another model or precision selection, another "
+            f"shard?); nothing was compared")
 
 
 def _clock_of(record: dict) -> str | None:

@@ -3,7 +3,7 @@ changed, with the delta, and whether a verdict got worse.
 
 Records are matched by their stable id (``kind/model/precision/scenario/check``); a record on one side only is listed as
 added or removed. A verdict is worse when it moves right in PASS, PASS*, XFAIL, FAIL, for a gated check; a run
-verdict that goes from PASS to FAIL is worse too.
+verdict that moves right in PASS, NO VERDICT, FAIL is worse too.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tabulate import tabulate
 from conformance.report.render import VERDICT_ORDER, fmt, verdict
 
 HEADERS = ("Check", "Old", "New", "Delta", "Target", "Old verdict", "New verdict", "Change")
+RUN_ORDER = ("PASS", "NO VERDICT", "FAIL")  # a run that judged nothing is worse than one that passed
 
 
 def _rank(record: dict | None) -> int | None:
@@ -66,7 +67,8 @@ def changes(old: dict, new: dict) -> list[dict]:
 
 def worsened(old: dict, new: dict) -> bool:
     """Whether a gated check's verdict, or the run's verdict, got worse."""
-    return any(c["change"] == "WORSE" for c in changes(old, new)) or (old["verdict"] == "PASS" and new["verdict"] == "FAIL")
+    return any(c["change"] == "WORSE" for c in changes(old, new)) or \
+        RUN_ORDER.index(new["verdict"]) > RUN_ORDER.index(old["verdict"])
 
 
 def _rows(found: list[dict]) -> list[list[str]]:

@@ -2,14 +2,17 @@
 
 Schema (``"schema": "ipu-conformance/results/1"``; every key is always present):
 
-- ``created`` (ISO 8601 UTC), ``verdict`` (``"PASS"``/``"FAIL"``), ``exit_status`` (pytest's exit code, 1 as well when a
-  baseline regression failed the run), ``interrupted`` (bool)
+- ``created`` (ISO 8601 UTC), ``verdict`` (``"PASS"``/``"FAIL"``/``"NO VERDICT"``), ``exit_status`` (pytest's exit code,
+  1 as well when a baseline regression failed the run, 5 for NO VERDICT), ``interrupted`` (bool); both follow from the
+  tests, records and regressions as :func:`judge` says
 - ``machine``: platform, python, processor, cpu_count, hostname
 - ``git``: commit (or null outside a checkout), dirty (bool or null)
 - ``packages``: distribution name -> version (null when not installed)
 - ``hardware``: name, description, precisions, versions, timing (``"measured"`` or ``"simulated"``: how the backend's
   latencies are obtained; absent from files written before it was recorded)
-- ``settings``: hardware, profile, models, shard (``"i/n"`` or null), xfail_file, baseline (path or null)
+- ``settings``: hardware, profile, models, shard (``"i/n"`` or null), xfail_file, baseline (path or null); precisions,
+  device, real_time_loadgen, samples, checkpoints, datasets, calibrations (absent from files written before they were
+  recorded)
 - ``profile``: name, description, samples and batch_size per model
 - ``tests``: one per test, sorted by node id: id, outcome (passed, failed, error, skipped, xfailed, xpassed), duration_s,
   message, xfail (null or {test_id, bucket, reason, source})
@@ -18,8 +21,8 @@ Schema (``"schema": "ipu-conformance/results/1"``; every key is always present):
 - ``stale_xfails``: xfail entries that matched no test
 - ``regressions``: findings against ``--baseline`` (id, check, baseline, value, allowed, message)
 - ``plots``: {"status": "written"|"skipped"|"none", "reason": str, "files": {"<model>-<precision>": [relative paths]}}
-- ``merged_from``: for a merged record, the files it was built from: path, shard, created (empty otherwise); a merged
-  record of an incomplete split also has ``missing_shards`` (["3/3", ...]) and verdict FAIL
+- ``merged_from``: for a merged record, the files it was built from: path, shard, created (empty otherwise); merged
+  records written before an incomplete split was refused may have ``missing_shards`` (["3/3", ...]) and verdict FAIL
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import os
 import platform
 import socket
 import subprocess
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -38,12 +42,16 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from conformance.fileio import write_text_atomic
+from conformance.report.render import verdict as check_verdict
 
 SCHEMA = "ipu-conformance/results/1"
 RESULTS_FILE = "results.json"
 PACKAGES = ("ipu-conformance", "numpy", "scipy", "ml_dtypes", "mlcommons-loadgen", "pytest", "pytest-xdist", "tabulate",
             "matplotlib", "torch")
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+NO_VERDICT = "NO VERDICT"  # the run judged nothing: no gated check was evaluated (or every one was waived)
+VERDICTS = ("PASS", "FAIL", NO_VERDICT)
+EXIT_NO_VERDICT = 5  # pytest's "no tests collected": nothing was judged
 
 # ----- the schema: pydantic models of the file; results.schema.json is generated from them -----------------------------
 # Known structures refuse keys they do not know (a typo is an error); the parts that backends and tests extend (machine,
@@ -92,6 +100,13 @@ class Settings(_Open):
     shard: Optional[str] = Field(pattern=r"^[0-9]+/[0-9]+$")
     xfail_file: Optional[str]
     baseline: Optional[str]
+    precisions: Optional[list[str]] = Field(None, description="--precision (absent from older files)")
+    device: Optional[str] = Field(None, description="the simulated chip, or null for measured hardware")
+    real_time_loadgen: Optional[bool] = None
+    samples: Optional[dict[str, StrictInt]] = Field(None, description="--samples: model (or * for all) -> N")
+    checkpoints: Optional[dict[str, str]] = Field(None, description="--checkpoint: model -> path")
+    datasets: Optional[dict[str, str]] = Field(None, description="--dataset: model -> path")
+    calibrations: Optional[dict[str, str]] = Field(None, description="--calibration: model -> path")
 
 
 class Profile(_Open):
@@ -166,7 +181,7 @@ class ResultsFile(_Closed):
     model_config = ConfigDict(title="ipu-conformance results.json")
     schema_: Literal["ipu-conformance/results/1"] = Field(alias="schema")
     created: str = Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z$")
-    verdict: Literal["PASS", "FAIL"]
+    verdict: Literal["PASS", "FAIL", "NO VERDICT"]
     exit_status: StrictInt
     interrupted: bool
     machine: Machine
@@ -181,7 +196,7 @@ class ResultsFile(_Closed):
     regressions: list[Regression]
     plots: Plots
     merged_from: list[MergedFrom]
-    missing_shards: list[str] = Field(None, description="only in a merged record of an incomplete split")
+    missing_shards: list[str] = Field(None, description="only in a merged record of an incomplete split (older files)")
 
 
 class ResultsError(ValueError):
@@ -233,15 +248,78 @@ def package_versions(names=PACKAGES) -> dict:
     return versions
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """A run's verdict and exit status as they follow from its tests, records and regressions."""
+
+    verdict: str  # PASS, FAIL or NO VERDICT
+    exit_status: int
+    reasons: tuple[str, ...] = ()  # why it is not a PASS
+
+
+def judge(*, exit_status: int, interrupted: bool, tests, records, regressions, missing_shards=()) -> Judgement:
+    """The run's verdict and exit status: what a run writes (:func:`build`), a merge of shards computes, and a file
+    is checked against (:mod:`conformance.report.verify`).
+
+    FAIL (``exit_status`` kept when it is a failure's, else 1) when the run was interrupted, a test failed or
+    errored, a gated check failed (its verdict, as the report shows it, is FAIL: not passed and not waived by a known
+    failure), a figure regressed, a shard is missing, or pytest's exit status is one of a failure. Otherwise NO
+    VERDICT (exit 5, pytest's "no tests collected") when nothing was judged: no gated check was recorded, or every one
+    was waived by a known failure (e.g. every test skipped by the known-failures file). Otherwise PASS (exit 0)."""
+    reasons = []
+    if interrupted:
+        reasons.append("interrupted")
+    failed = [t for t in tests if t.get("outcome") in ("failed", "error")]
+    if failed:
+        reasons.append(f"{len(failed)} test(s) failed")
+    gates = [r for r in records if r.get("gating", True)]
+    failing = [r for r in gates if check_verdict(r) == "FAIL"]
+    if failing:
+        reasons.append(f"{len(failing)} gate(s) failed")
+    if regressions:
+        reasons.append(f"{len(regressions)} regression(s)")
+    if missing_shards:
+        reasons.append(f"shard(s) {', '.join(missing_shards)} missing")
+    failure_status = exit_status not in (0, EXIT_NO_VERDICT)
+    if failure_status and not reasons:
+        reasons.append(f"exit status {exit_status}")
+    if reasons:
+        return Judgement("FAIL", int(exit_status) if failure_status else 1, tuple(reasons))
+    if not any(check_verdict(r) != "XFAIL" for r in gates):
+        return Judgement(NO_VERDICT, EXIT_NO_VERDICT, (nothing_judged(tests, gates),))
+    return Judgement("PASS", 0)
+
+
+def nothing_judged(tests, gates) -> str:
+    """Why a run judged nothing, in words."""
+    if gates:
+        return f"nothing was judged: every gated check ({len(gates)}) was waived by a known failure"
+    skipped = [t for t in tests if t.get("outcome") == "skipped"]
+    known = [t for t in skipped if t.get("xfail")]
+    counts = f"{len(tests)} test(s)" + (f", {len(skipped)} skipped" if skipped else "") + \
+        (f", {len(known)} of them by known-failure entries" if known else "")
+    return f"nothing was judged: no gated check was recorded ({counts})"
+
+
+def judgement_of(results: dict) -> Judgement:
+    """:func:`judge` of a results record, from what it holds (its own exit status as pytest's)."""
+    return judge(exit_status=results["exit_status"], interrupted=results["interrupted"], tests=results["tests"],
+                 records=results["records"], regressions=results["regressions"],
+                 missing_shards=results.get("missing_shards") or ())
+
+
 def build(*, settings, backend, profile, tests, records, exit_status: int, interrupted=False, shard=None,
           xfail_file=None, baseline=None, stale_xfails=(), regressions=(), plots=None, created=None) -> dict:
-    """The results record of a run (see the module docstring)."""
-    verdict = "PASS" if exit_status == 0 and not regressions and not interrupted else "FAIL"
+    """The results record of a run (see the module docstring); its verdict and exit status are :func:`judge`'s of
+    ``exit_status`` (pytest's), the tests, records and regressions."""
+    tests, records, regressions = list(tests), list(records), list(regressions)
+    judgement = judge(exit_status=int(exit_status), interrupted=bool(interrupted), tests=tests, records=records,
+                      regressions=regressions)
     return {
         "schema": SCHEMA,
         "created": created or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "verdict": verdict,
-        "exit_status": int(exit_status),
+        "verdict": judgement.verdict,
+        "exit_status": judgement.exit_status,
         "interrupted": bool(interrupted),
         "machine": machine_info(),
         "git": git_info(),
@@ -250,17 +328,30 @@ def build(*, settings, backend, profile, tests, records, exit_status: int, inter
                      "versions": dict(backend.versions()), "timing": backend.timing},
         "settings": {"hardware": settings.hardware, "profile": settings.profile, "models": list(settings.models),
                      "shard": str(shard) if shard else None, "xfail_file": str(xfail_file) if xfail_file else None,
-                     "baseline": str(baseline) if baseline else None},
+                     "baseline": str(baseline) if baseline else None, **_run_settings(settings, backend)},
         "profile": {"name": profile.name, "description": profile.description,
                     "samples": {m: profile.samples[m] for m in settings.models if m in profile.samples},
                     "batch_size": {m: profile.batch_size[m] for m in settings.models if m in profile.batch_size}},
-        "tests": list(tests),
-        "records": list(records),
+        "tests": tests,
+        "records": records,
         "stale_xfails": list(stale_xfails),
-        "regressions": list(regressions),
+        "regressions": regressions,
         "plots": plots or {"status": "none", "reason": "no accuracy artifacts", "files": {}},
         "merged_from": [],
     }
+
+
+def _run_settings(settings, backend) -> dict:
+    """The settings that decide what the figures mean, beside hardware, profile and models: shards of one run agree on
+    them (:mod:`conformance.report.merge`)."""
+    def paths(given) -> dict:
+        return {model: str(path) for model, path in sorted((given or {}).items())}
+
+    return {"precisions": list(settings.precisions), "device": settings.device or getattr(backend, "chip", None),
+            "real_time_loadgen": bool(settings.real_time_loadgen),
+            "samples": dict(sorted((settings.samples or {}).items())),
+            "checkpoints": paths(settings.checkpoints), "datasets": paths(settings.datasets),
+            "calibrations": paths(settings.calibrations)}
 
 
 def _json_default(value):

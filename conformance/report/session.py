@@ -19,6 +19,11 @@ directory of its own (:mod:`conformance.report.reportdir`); the tests write thei
 rendered into it and swapped in whole. A run that ran no test (``--collect-only``, nothing selected) leaves the
 previous report as it was. A report that cannot be written is an internal error (exit 3) naming the path and the
 OS error.
+
+The run's verdict and exit status are :func:`conformance.report.record.judge`'s: a run of the suite that judged nothing
+(no gated check recorded, e.g. every test skipped by the known-failures file) is NO VERDICT with exit status 5, not a
+PASS. A known-failures entry that matches every collected test is a usage error at collection, and a ``--baseline``
+that shares no gated check with the finished run refuses the run (exit 4, the previous report kept).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from conformance.targets.regression import load_tolerances
 from models import MODEL_NAMES
 
 STALE_KEY = "conformance_stale_xfails"
+REFUSED_KEY = "conformance_refused"  # workeroutput: why a worker's collection was refused (a usage error of the run)
 KNOWN_FAILURE = pytest.StashKey()  # the xfail entry of a test, judged on its records
 STAGING_KEY = "conformance_report_staging"  # workerinput: the staging directory the workers' tests write into
 SUITE_DIR = Path(__file__).resolve().parent.parent
@@ -99,6 +105,8 @@ class ReportSession:
         self.directory: ReportDirectory | None = None  # the locked report directory (controller or serial run)
         self.staging: Path | None = None
         self.write_error: str | None = None
+        # why the run was refused: a worker's known-failure entry matching every test, a baseline that compared nothing
+        self.refused: str | None = None
         self.named_regressions: set[str] = set()  # record ids that the failures of the tests themselves name
         self._reporting_case = False  # a run-level failed case is being reported (see pytest_report_teststatus)
         try:
@@ -154,7 +162,8 @@ class ReportSession:
         """The settings the tests see: their ``report_dir`` is the staging directory of the run."""
         if self.staging is None:
             return self.settings
-        return dataclasses.replace(self.settings, report_dir=self.staging)
+        return dataclasses.replace(self.settings, report_dir=self.staging,
+                                   published_report_dir=self.settings.report_dir)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -167,6 +176,17 @@ class ReportSession:
     def pytest_collection_modifyitems(self, items: list) -> None:
         """First of all modifyitems hooks, so that staleness is judged on the whole collection (before -k, -m)."""
         node_ids = [item.nodeid for item in items]
+        try:
+            xfails.blanket(self.xfail_entries, node_ids)
+        except ValueError as exc:
+            if not self.is_worker:
+                raise pytest.UsageError(f"xfail file: {exc}") from None
+            # a worker runs nothing and tells the controller, which refuses the run (an error raised here would crash
+            # the worker)
+            self.config.workeroutput[REFUSED_KEY] = f"xfail file: {exc}"
+            deselected, items[:] = list(items), []
+            self.config.hook.pytest_deselected(items=deselected)
+            return
         matched = xfails.match(node_ids, self.xfail_entries)
         for item in items:
             entry = matched.get(item.nodeid)
@@ -203,6 +223,8 @@ class ReportSession:
         output = getattr(node, "workeroutput", None) or {}
         if output.get(STALE_KEY) and not self.stale:
             self.stale = list(output[STALE_KEY])
+        if output.get(REFUSED_KEY) and self.refused is None:
+            self.refused = output[REFUSED_KEY]
 
     # ----- reports ------------------------------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: sees the report after the xfail handling
@@ -297,11 +319,41 @@ class ReportSession:
                 message += f" (the test itself: {outcomes[test_id]})"
             self._fail_case(baseline_mod.case_id(test_id, found[0].id), message)
 
+    def _in_suite(self, node_id: str) -> bool:
+        """Whether ``node_id`` is a test of the conformance suite (``conformance/test_*.py``)."""
+        path = (Path(str(self.config.rootpath)) / node_id.split("::")[0]).resolve()
+        return path.parent == SUITE_DIR and path.name.startswith("test_")
+
+    def _conformance_run(self, tests: list[dict], records: list[dict], regressions: list[dict]) -> bool:
+        """Whether the run is one the suite judges (and so gives a verdict): it writes a report, recorded checks, ran
+        tests of the suite or tests with known-failure entries; a plain pytest run beside the plugin is not."""
+        return bool(self.report_dir is not None or records or regressions or self.stale
+                    or any(t.get("xfail") for t in tests) or any(self._in_suite(t["id"]) for t in tests))
+
+    def _refuse(self, session, message: str) -> None:
+        """The finished run is refused as a usage error (exit 4): no verdict, no report (the previous one stays)."""
+        self.refused = message
+        if self.directory is not None:
+            self.directory.discard()
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        kept = "; the previous report there is unchanged" if self.report_dir is not None else ""
+        sys.stderr.write(f"ERROR: conformance: {message}; the run is refused (exit {int(pytest.ExitCode.USAGE_ERROR)})"
+                         f"{kept}\n")
+
     @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file: the run's failures are test cases in it
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         if self.is_worker:
             return
+        if self.refused is not None:  # a worker refused its collection
+            self._refuse(session, self.refused)
+            return
         tests, records = self.collector.tests(), self.collector.records()
+        interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
+        if self.baseline is not None and not interrupted and any(r.get("gating", True) for r in records):
+            nothing = baseline_mod.compares_nothing(records, self.baseline["records"], self.baseline_path)
+            if nothing:
+                self._refuse(session, nothing)
+                return
         regressions = []
         if self.baseline is not None:
             regressions = [r.to_dict() for r in baseline_mod.compare(records, self.baseline["records"], self.tolerances,
@@ -310,13 +362,12 @@ class ReportSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             self._fail_unnamed_regressions(regressions, tests)
         report_dir = self.report_dir
-        interrupted = int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
         if not tests and not (interrupted and self.collector.started()):
             # nothing ran (--collect-only, nothing collected or selected): the previous report stays
             if self.directory is not None:
                 self.directory.discard()
             return
-        if report_dir is None and not records and not regressions and not self.stale:
+        if not self._conformance_run(tests, records, regressions):
             return
         if self.staging is not None:  # the tests named the staging directory: name the report directory instead
             tests, records = _moved(tests, self.staging, report_dir), _moved(records, self.staging, report_dir)
@@ -334,6 +385,7 @@ class ReportSession:
             xfail_file=self.xfail_path, baseline=self.baseline_path, stale_xfails=self.stale, regressions=regressions,
             plots=plot_info,
         )
+        session.exitstatus = self.results["exit_status"]  # the verdict's: 5 when nothing was judged (record.judge)
         if staging is None:
             return
         try:
@@ -349,6 +401,11 @@ class ReportSession:
             self._fail_case(REPORT_CASE, self.write_error)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.refused is not None:
+            terminalreporter.section("conformance")
+            terminalreporter.write_line(f"conformance REFUSED: {self.refused} (exit status "
+                                        f"{int(pytest.ExitCode.USAGE_ERROR)})", red=True, bold=True)
+            return
         if self.results is None:
             return
         terminalreporter.section("conformance")
@@ -361,8 +418,14 @@ class ReportSession:
         elif self.report_dir is not None:
             terminalreporter.write_line(f"report: {self.report_dir}/ (results.json, "
                                         f"{', '.join(render.REPORT_FILES)}, plots: {self.results['plots']['status']})")
-        passed = self.results["verdict"] == "PASS"  # the verdict last, after the tables
-        terminalreporter.write_line(text[-1], green=passed, red=not passed, bold=True)
+        verdict = self.results["verdict"]
+        if verdict == results_record.NO_VERDICT:
+            reasons = "; ".join(results_record.judgement_of(self.results).reasons)
+            terminalreporter.write_line(f"{reasons}: no verdict (exit status {results_record.EXIT_NO_VERDICT})",
+                                        yellow=True)
+        passed = verdict == "PASS"  # the verdict last, after the tables
+        failed = verdict == "FAIL"
+        terminalreporter.write_line(text[-1], green=passed, red=failed, yellow=not passed and not failed, bold=True)
 
 
 def _describe_error(exc: BaseException) -> str:

@@ -15,6 +15,10 @@ every gate on it), then the reason. Such a test is an expected failure only when
 named ones; an exception, a non-finite output, or any other gate failing is a failure. One that passes fails the run
 in the profiles with ``strict_xfails`` (the release profiles), so a fixed failure's entry cannot go stale.
 ``unsupported`` entries are skipped with their reason (no checks).
+
+A known failure names the tests it is known for: a test id that matches any test (``*``, ``*-*``: only wildcards and
+punctuation) is refused when the file is read, and one with a wildcard that matches every collected test of a run
+(of two or more) is refused then (:func:`blanket`); each names the file and line.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ XFAILS_DIR = Path(__file__).resolve().parent.parent / "xfails"
 
 
 _CHECK = re.compile(r"[A-Za-z0-9_.@-]+")
+_NAME = re.compile(r"[A-Za-z0-9]")  # a test id that names something has a letter or digit besides its wildcards
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,10 @@ def parse(text: str, source: str = "<xfails>") -> list[XfailEntry]:
         elif len(parts) < 2 or not parts[1].strip():
             raise ValueError(f"{where}: entry {parts[0]!r} has no reason; expected '<test id>  <reason>'")
         test_id, reason = parts[0], parts[1].strip()
+        if not _NAME.search(test_id.replace("*", "")):
+            raise ValueError(f"{where}: test id {test_id!r} matches every test (nothing but wildcards and "
+                             "punctuation); a known failure names the tests it is known for, e.g. test_accuracy[resnet50-fp8] or "
+                             "test_performance[resnet50-fp8-*]")
         if test_id in seen:
             raise ValueError(f"{where}: {test_id!r} is already listed at {seen[test_id]}")
         seen[test_id] = where
@@ -144,6 +153,19 @@ def match(node_ids, entries: list[XfailEntry]) -> dict[str, XfailEntry]:
                 found[node_id] = entry
                 break
     return found
+
+
+def blanket(entries: list[XfailEntry], node_ids) -> None:
+    """A ValueError naming the file and line of the first entry with a wildcard that matches every one of
+    ``node_ids`` (two or more: the whole collection of a run), which would waive or skip the whole run."""
+    node_ids = list(node_ids)
+    if len(node_ids) < 2:
+        return
+    for entry in entries:
+        if "*" in entry.test_id and all(entry.matches(node_id) for node_id in node_ids):
+            raise ValueError(f"{entry.source}: test id {entry.test_id!r} matches every one of the {len(node_ids)} "
+                             f"collected tests, so the run would judge nothing; a known failure names the tests it is "
+                             f"known for")
 
 
 def stale(entries: list[XfailEntry], items, matched: dict[str, XfailEntry], models, all_models,

@@ -1,0 +1,334 @@
+"""Files are never believed, and nothing reads PASS from nothing: a results.json whose verdicts do not follow from its
+own records and tests is refused by ``report``, ``report compare``, ``report validate`` and ``--baseline`` (exit 4);
+a run that judged nothing is NO VERDICT (exit 5); shards merge only as one whole run; a property-based test mutates
+a valid file and never sees a traceback or an unfounded PASS."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conformance.cli import main as cli_main
+from conformance.report import baseline, compare, verify, xfails
+from conformance.report import record as results_record
+from conformance.report.collect import assign_ids
+from conformance.targets import compare as holds
+
+SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
+F1 = "accuracy/bert-base/fp16/-/f1_ratio"
+EARLIER = "the earlier report\n"
+
+
+def passing_results() -> dict:
+    """The sample run with its failed tests (and their records) and its regressions left out: a consistent PASS."""
+    data = json.loads(SAMPLE.read_text())
+    data["tests"] = [t for t in data["tests"] if t["outcome"] not in ("failed", "error")]
+    kept = {t["id"] for t in data["tests"]}
+    data["records"] = [r for r in data["records"] if r["test_id"] in kept]
+    data["regressions"] = []
+    data["settings"]["baseline"] = None
+    data["verdict"], data["exit_status"] = "PASS", 0
+    return data
+
+
+def find(data: dict, record_id: str) -> dict:
+    return next(r for r in data["records"] if r["id"] == record_id)
+
+
+def fail_test(data: dict, name: str, records_too: bool) -> None:
+    """Make the test ``name`` failed (and its records' outcome too, as a run writes it, when ``records_too``)."""
+    test = next(t for t in data["tests"] if t["id"].endswith(name))
+    test["outcome"], test["message"] = "failed", "boom"
+    if records_too:
+        for r in data["records"]:
+            if r["test_id"] == test["id"]:
+                r["outcome"] = "failed"
+
+
+def nothing_judged(data: dict) -> None:
+    for test in data["tests"]:
+        test.update(outcome="skipped", message="unsupported (x.txt:2): not on this hardware")
+    data["records"] = []
+
+
+# (id, mutation of the passing run, words the refusal must hold besides the file's name)
+TAMPERED = [
+    ("value-below-target-marked-passed", lambda d: find(d, F1).update(value=-0.18, target=0.816),
+     (F1, "test conformance/test_accuracy.py::test_accuracy[bert-base-fp16]", "check f1_ratio",
+      "passed is true, but value -0.18 >= target 0.816 is false")),
+    ("pass-with-exit-status-1", lambda d: d.update(exit_status=1),
+     ("verdict PASS with exit status 1", "give FAIL with exit status 1")),
+    ("failed-test-under-pass", lambda d: fail_test(d, "test_accuracy[bert-base-fp16]", records_too=True),
+     ("verdict PASS with exit status 0", "give FAIL", "1 test(s) failed")),
+    ("failed-test-whose-records-say-passed", lambda d: fail_test(d, "test_accuracy[bert-base-fp16]", records_too=False),
+     (F1, "outcome 'passed', but its test's is 'failed'")),
+    ("every-record-twice", lambda d: d.update(records=d["records"] + copy.deepcopy(d["records"])),
+     (f"record {F1} (test", "a copy of record")),
+    ("null-value-passed", lambda d: find(d, F1).update(value=None), (F1, "its value is null")),
+    ("record-id-changed", lambda d: find(d, F1).update(id="accuracy/bert-base/fp16/-/other"),
+     ("its fields give it the id accuracy/bert-base/fp16/-/f1_ratio",)),
+    ("waived-without-entry", lambda d: next(t for t in d["tests"] if t["id"].endswith("[resnet50-fp8]")).update(xfail=None),
+     ("accuracy/resnet50/fp8/-/top1_ratio", "waived as a known failure (XFAIL), but its test has no known-failure entry")),
+    ("nothing-judged-called-pass", nothing_judged, ("give NO VERDICT with exit status 5", "nothing was judged")),
+    ("interrupted-with-exit-0", lambda d: d.update(interrupted=True), ("interrupted, but exit status 0",)),
+]
+
+
+def write(tmp_path: Path, name: str, data: dict) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run(args, capsys) -> tuple[int, str]:
+    code = cli_main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.err + captured.out
+
+
+def test_consistent_files_are_accepted(tmp_path, capsys):
+    for data in (json.loads(SAMPLE.read_text()), passing_results()):
+        assert verify.problems(data) == []
+    code, text = run(["report", "validate", write(tmp_path, "pass.json", passing_results())], capsys)
+    assert code == 0 and "verdict PASS, exit status 0, consistent with its records and tests" in text
+    assert run(["report", write(tmp_path, "pass.json", passing_results())], capsys)[0] == 0
+
+
+@pytest.mark.parametrize("mutate, says", [pytest.param(m, s, id=i) for i, m, s in TAMPERED])
+def test_tampered_file_is_refused_everywhere(mutate, says, tmp_path, capsys):
+    """report, report compare (either side), report validate and --baseline: exit 4 naming the file and what disagrees;
+    nothing is written over an earlier output."""
+    data = passing_results()
+    mutate(data)
+    bad = write(tmp_path, "tampered.json", data)
+    good = write(tmp_path, "good.json", passing_results())
+    earlier = tmp_path / "earlier.md"
+    earlier.write_text(EARLIER)
+    for args in (["report", bad, "--out", earlier], ["report", good, bad, "--out", earlier],
+                 ["report", "compare", good, bad, "--out", earlier], ["report", "compare", bad, good],
+                 ["report", "validate", bad]):
+        code, text = run(args, capsys)
+        assert code == 4, f"{args}: exit {code}\n{text}"
+        missing = [w for w in (str(bad), "inconsistent results file", *says) if w not in text]
+        assert not missing, f"{args}: the message lacks {missing}:\n{text}"
+        assert "Traceback" not in text and "conformance PASS" not in text
+        assert earlier.read_text() == EARLIER
+    with pytest.raises(baseline.BaselineError) as info:
+        baseline.load_baseline(bad, hardware="ipu", profile="smoke")
+    assert str(info.value).startswith(f"--baseline {bad}: inconsistent results file") and says[0] in str(info.value)
+
+
+def test_audit_may_fail_beyond_its_figure_and_pass_against_it_only_when_it_says_why():
+    data = passing_results()
+    test01 = find(data, "audit/resnet50/fp8/Offline/TEST01_mismatches")
+    test01.update(check="TEST01", value=0.5, target=1.0, op=">=", passed=True)
+    data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in data["records"]])
+    found = verify.problems(data)
+    assert any("passed is true, but value 0.5 >= target 1.0 is false" in p for p in found), found
+    for why in ({"established": False}, {"details": {"official": {"verify_accuracy": "TEST PASS"}}},
+                {"details": {"accuracy_fallback": {"passed": True}}}):
+        explained = copy.deepcopy(data)
+        next(r for r in explained["records"] if r["check"] == "TEST01").update(why)
+        assert verify.problems(explained) == [], why
+    failing = copy.deepcopy(data)  # a figure that holds and an audit that failed (its SUT raised): its test fails
+    record = next(r for r in failing["records"] if r["check"] == "TEST01")
+    record.update(value=1.0, passed=False)
+    fail_test(failing, "test_audit[resnet50-fp8-Offline-TEST01]", records_too=True)
+    failing["verdict"], failing["exit_status"] = "FAIL", 1
+    assert verify.problems(failing) == []
+
+
+def test_figure_at_its_target_within_float_rounding_may_go_either_way():
+    data = passing_results()
+    record = find(data, F1)
+    record.update(value=record["target"] * (1 - 1e-9))  # judged in float32 as equal: passed
+    assert verify.problems(data) == []
+
+
+def test_nothing_judged_is_no_verdict_exit_5(tmp_path, capsys):
+    data = passing_results()
+    nothing_judged(data)
+    data["verdict"], data["exit_status"] = "NO VERDICT", 5
+    path = write(tmp_path, "nothing.json", data)
+    code, text = run(["report", path], capsys)
+    assert code == 5
+    assert "conformance NO VERDICT" in text and "nothing was judged: no gated check was recorded" in text
+    assert "(9 test(s), 9 skipped, 2 of them by known-failure entries)" in text
+    assert run(["report", "validate", path], capsys)[0] == 0
+    waived = passing_results()  # every gate waived by a known failure: nothing judged either
+    waived["records"] = [r for r in waived["records"] if r["outcome"] == "xfailed"]
+    waived["tests"] = [t for t in waived["tests"] if t["outcome"] == "xfailed"]
+    judgement = results_record.judgement_of(waived)
+    assert (judgement.verdict, judgement.exit_status) == ("NO VERDICT", 5)
+    assert "every gated check (1) was waived" in judgement.reasons[0]
+
+
+def test_run_verdict_order_in_compare():
+    old, new = passing_results(), passing_results()
+    new["verdict"] = "NO VERDICT"
+    assert compare.worsened(old, new) and not compare.worsened(new, old)
+    new["verdict"] = "FAIL"
+    assert compare.worsened(old, new)
+
+
+def test_compare_of_files_without_a_check_in_common_is_refused(tmp_path, capsys):
+    bert, resnet = passing_results(), passing_results()
+    for data, model in ((bert, "bert-base"), (resnet, "resnet50")):
+        data["tests"] = [t for t in data["tests"] if f"[{model}" in t["id"]]
+        data["records"] = [r for r in data["records"] if r["model"] == model]
+        data["verdict"], data["exit_status"] = results_record.judgement_of(data).verdict, \
+            results_record.judgement_of(data).exit_status
+    old, new = write(tmp_path, "bert.json", bert), write(tmp_path, "resnet.json", resnet)
+    code, text = run(["report", "compare", old, new], capsys)
+    assert code == 4 and "compares nothing" in text and str(new) in text
+
+
+@pytest.mark.parametrize("records", ["none", "nulls"])
+def test_baseline_that_compares_nothing_is_refused(records, tmp_path):
+    data = passing_results()
+    if records == "none":
+        data["records"], data["tests"] = [], []
+    else:
+        for record in data["records"]:
+            record.update(value=None, passed=False)
+    judgement = results_record.judgement_of(data)
+    data["verdict"], data["exit_status"] = judgement.verdict, judgement.exit_status
+    path = write(tmp_path, "base.json", data)
+    with pytest.raises(baseline.BaselineError, match=f"--baseline {path}: compares nothing: it holds no gated check "
+                                                     f"with a value"):
+        baseline.load_baseline(path, hardware="ipu", profile="smoke")
+
+
+def test_shards_merge_only_as_one_whole_run(tmp_path, capsys):
+    from tests.test_report_shard_merge import split_sample
+
+    parts = split_sample(2)
+    paths = [write(tmp_path, name, data) for name, data in parts]
+    merged_json = tmp_path / "all.json"
+    code, text = run(["report", paths[0], "--merged-json", merged_json], capsys)
+    assert code == 4 and "shard(s) 2/2 missing" in text and str(paths[0]) in text
+    parts[1][1]["settings"]["precisions"] = ["fp8"]
+    mixed = write(tmp_path, "mixed.json", parts[1][1])
+    code, text = run(["report", paths[0], mixed, "--merged-json", merged_json], capsys)
+    assert code == 4 and f"{mixed}: settings.precisions is ['fp8']" in text
+    assert not merged_json.exists()
+    code, _ = run(["report", *paths, "--merged-json", merged_json], capsys)
+    assert code == 1 and results_record.load(merged_json)["verdict"] == "FAIL"
+
+
+@pytest.mark.parametrize("test_id", ["*", "*-*", "**", "*[*]", "*::*"])
+def test_known_failure_matching_any_test_is_refused_naming_its_line(test_id):
+    for text in (f"[unsupported]\n{test_id}  not supported on this hardware\n",
+                 f"[temporarily-failing]\n{test_id}  snr_db  everything fails\n"):
+        with pytest.raises(ValueError, match=r"x\.txt:2: test id .* matches every test"):
+            xfails.parse(text, "x.txt")
+
+
+def test_known_failure_matching_every_collected_test_is_refused():
+    entries = xfails.parse("[unsupported]\ntest_accuracy[a]  one\ntest_*[*]  all of them\n", "x.txt")
+    ids = ["t.py::test_accuracy[a]", "t.py::test_performance[b]"]
+    with pytest.raises(ValueError, match=r"x\.txt:3: test id 'test_\*\[\*\]' matches every one of the 2 collected"):
+        xfails.blanket(entries, ids)
+    xfails.blanket(entries, ids[:1])  # one test: the entry may be that test's
+    xfails.blanket(entries, [*ids, "t.py::test_other"])  # a test it does not match: not every test
+
+
+# ----- the property: mutate a valid file; never a traceback, never a PASS the records do not give ---------------------
+
+def _honest_pass(data: dict) -> bool:
+    """An independent reading of a file that may be shown as PASS: every test passed or was expected to fail, nothing
+    regressed, every gated check's figure meets its target (or the check failed and its test is an expected failure),
+    some gated check was judged, and no record is there twice (a figure within float32 rounding of its target may be
+    judged either way)."""
+    if data.get("verdict") != "PASS" or data.get("exit_status") != 0 or data.get("interrupted"):
+        return False
+    if data.get("regressions") or any(t["outcome"] in ("failed", "error") for t in data["tests"]):
+        return False
+    outcomes = {t["id"]: t["outcome"] for t in data["tests"]}
+    judged = False
+    for r in data["records"]:
+        if not r.get("gating", True):
+            continue
+        measured = r["value"] is not None and r["target"] is not None
+        met = measured and holds(r["value"], r["op"], r["target"])
+        if measured and math.isclose(r["value"], r["target"], rel_tol=verify.ROUNDING):
+            met = r["passed"]
+        if met != r["passed"] or outcomes.get(r["test_id"]) != r["outcome"]:
+            return False
+        if not met and r["outcome"] != "xfailed":
+            return False
+        judged = judged or met
+    ids = [r["id"] for r in data["records"]]
+    return judged and len(ids) == len(set(ids))
+
+
+MUTATIONS = st.lists(st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 50)),
+    st.tuples(st.just("value"), st.integers(0, 50), st.floats(-1e6, 1e6, allow_nan=False) | st.none()),
+    st.tuples(st.just("target"), st.integers(0, 50), st.floats(-1e6, 1e6, allow_nan=False)),
+    st.tuples(st.just("op"), st.integers(0, 50)),
+    st.tuples(st.just("duplicate"), st.integers(0, 50)),
+    st.tuples(st.just("drop"), st.integers(0, 50)),
+    st.tuples(st.just("outcome"), st.integers(0, 50), st.sampled_from(["passed", "failed", "error", "skipped",
+                                                                      "xfailed", "xpassed"])),
+    st.tuples(st.just("verdict"), st.sampled_from(["PASS", "FAIL", "NO VERDICT"])),
+    st.tuples(st.just("exit_status"), st.sampled_from([0, 1, 2, 3, 4, 5])),
+    st.tuples(st.just("drop_tests"), st.integers(0, 50)),
+), min_size=1, max_size=4)
+
+
+def mutate(data: dict, mutations) -> None:
+    records, tests = data["records"], data["tests"]
+    for mutation in mutations:
+        kind, *args = mutation
+        if kind in ("flip", "value", "target", "op", "duplicate", "drop") and not records:
+            continue
+        pick = records[args[0] % len(records)] if kind in ("flip", "value", "target", "op", "duplicate", "drop") else None
+        if kind == "flip":
+            pick["passed"] = not pick["passed"]
+        elif kind in ("value", "target"):
+            pick[kind] = args[1]
+        elif kind == "op":
+            pick["op"] = "<=" if pick["op"] == ">=" else ">="
+        elif kind == "duplicate":
+            records.append(copy.deepcopy(pick))
+        elif kind == "drop":
+            records.remove(pick)
+        elif kind == "outcome" and tests:
+            tests[args[0] % len(tests)]["outcome"] = args[1]
+        elif kind == "drop_tests" and tests:
+            tests.pop(args[0] % len(tests))
+        elif kind in ("verdict", "exit_status"):
+            data[kind] = args[0]
+
+
+@settings(max_examples=120, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(base=st.sampled_from(["pass", "fail"]), mutations=MUTATIONS)
+def test_mutated_file_never_tracebacks_and_never_shows_an_unfounded_pass(base, mutations):
+    data = passing_results() if base == "pass" else json.loads(SAMPLE.read_text())
+    mutate(data, mutations)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "results.json"
+        path.write_text(json.dumps(data))
+        good = Path(directory) / "good.json"
+        good.write_text(json.dumps(passing_results()))
+        for args in (["report", path], ["report", "compare", good, path], ["report", "validate", path]):
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = cli_main([str(a) for a in args])
+            text = out.getvalue() + err.getvalue()
+            assert "Traceback" not in text and code != 3, f"{args}: {mutations}\n{text}"
+            assert code in (0, 1, 4, 5), f"{args}: exit {code}\n{text}"
+            if args[1] == path and code == 0:  # rendered as PASS: the file's records give it
+                assert _honest_pass(data), f"PASS shown for {mutations}:\n{text}"
+            if code != 4:
+                assert verify.problems(data) == [], f"{args}: exit {code} for an inconsistent file {mutations}"
