@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 
 from conformance.report.checks import RECORD_KEY
+from conformance.report.render import verdict
 
 XFAIL_KEY = "conformance_xfail"
+SHARED_DETAILS_KEY = "conformance_shared_details"  # the details every record of a test holds, written once
 KIND_ORDER = ("reference", "accuracy", "performance", "audit")
 _PROGRESS_VERDICT = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "skipped", "xfailed": "XFAIL",
                      "xpassed": "XPASS"}
@@ -35,12 +37,62 @@ def _message(report) -> str:
     return text.removeprefix("Failed: ")
 
 
+def encode_properties(user_properties) -> list[tuple]:
+    """A test's user properties as its reports carry them: the suite's records and known-failure entries as JSON text,
+    and the details its records share (a test's checks usually describe one run) written once, under
+    ``SHARED_DETAILS_KEY`` before the records, instead of in every record. :func:`properties` puts them back."""
+    items = list(user_properties or ())
+    records = [value for key, value in items if key == RECORD_KEY and isinstance(value, dict)]
+    shared = {}
+    if records:
+        first = records[0].get("details") or {}
+        shared = {k: v for k, v in first.items()
+                  if all(k in (r.get("details") or {}) and r["details"][k] == v for r in records[1:])}
+    out = [(SHARED_DETAILS_KEY, json.dumps(shared, sort_keys=True))] if shared else []
+    for key, value in items:
+        if key == RECORD_KEY and isinstance(value, dict) and shared:
+            value = {**value, "details": {k: v for k, v in (value.get("details") or {}).items() if k not in shared}}
+        if key in (RECORD_KEY, XFAIL_KEY) and not isinstance(value, str):
+            value = json.dumps(value, sort_keys=True)
+        out.append((key, value))
+    return out
+
+
+def junit_properties(user_properties) -> list[tuple]:
+    """What ``--junitxml`` shows of a finished test: each record as one line (its figure, bound and verdict), the
+    scalar details its records share once, and its known-failure entry; everything else is in results.json."""
+    out = []
+    for key, value in user_properties or ():
+        if key == RECORD_KEY:
+            value = record_line(json.loads(value) if isinstance(value, str) else value)
+        elif key == SHARED_DETAILS_KEY:
+            shared = json.loads(value) if isinstance(value, str) else value
+            value = json.dumps({k: v for k, v in shared.items() if v is None or isinstance(v, (bool, int, float, str))},
+                               sort_keys=True)
+        out.append((key, value))
+    return out
+
+
+def record_line(record: dict) -> str:
+    """``<model> <precision> [<scenario>] <check>: <value> <op> <target> <units>, <verdict>`` of a record."""
+    where = " ".join(str(record.get(k)) for k in ("model", "precision", "scenario") if record.get(k))
+    units = f" {record['units']}" if record.get("units") else ""
+    return (f"{where} {record.get('check')}: {record.get('value')} {record.get('op')} {record.get('target')}{units}, "
+            f"{verdict(record)}")
+
+
 def properties(report) -> list[tuple]:
-    """The report's user properties, the suite's records and known-failure entries decoded from JSON."""
-    result = []
+    """The report's user properties, the suite's records (with the details their test's records share) and
+    known-failure entries decoded from JSON."""
+    result, shared = [], {}
     for key, value in report.user_properties or ():
+        if key == SHARED_DETAILS_KEY:
+            shared = json.loads(value) if isinstance(value, str) else dict(value)
+            continue
         if key in (RECORD_KEY, XFAIL_KEY) and isinstance(value, str):
             value = json.loads(value)
+        if key == RECORD_KEY and shared:
+            value = {**value, "details": {**shared, **(value.get("details") or {})}}
         result.append((key, value))
     return result
 
@@ -101,6 +153,8 @@ class Collector:
         if records:
             first = records[0]
             name = f"{first.get('model')} {first.get('precision')} {first.get('scenario') or first.get('kind')}"
+            if first.get("kind") == "audit":
+                name += f" {first.get('check')}"
             details = first.get("details") or {}
             samples = details.get("samples", details.get("query_count"))
             if isinstance(samples, int):

@@ -45,7 +45,7 @@ from conformance.report import baseline as baseline_mod
 from conformance.report import plots, render, xfails
 from conformance.report import record as results_record
 from conformance.report.checks import RECORD_KEY
-from conformance.report.collect import XFAIL_KEY, Collector
+from conformance.report.collect import XFAIL_KEY, Collector, encode_properties, junit_properties
 from conformance.report.reportdir import ReportDirBusy, ReportDirectory
 from conformance.report.shard import split
 from conformance.targets.regression import load_tolerances
@@ -233,8 +233,7 @@ class ReportSession:
         failure that passed is left as it is: its regressions still fail the run at the end)."""
         outcome = yield
         report = outcome.get_result()
-        report.user_properties = [(key, json.dumps(value, sort_keys=True)) if key in (RECORD_KEY, XFAIL_KEY) else (key, value)
-                                  for key, value in report.user_properties]  # JSON in --junitxml, not reprs
+        report.user_properties = encode_properties(report.user_properties)  # JSON in --junitxml, details once
         entry = item.stash.get(KNOWN_FAILURE, None)
         if entry is not None and report.when == "call":
             self._judge_known_failure(item, call, report, entry)
@@ -270,6 +269,7 @@ class ReportSession:
             else:
                 report.wasxfail = label
 
+    @pytest.hookimpl(tryfirst=True)  # before junitxml, which writes the teardown report's properties
     def pytest_runtest_logreport(self, report) -> None:
         if getattr(report, RUN_FAILURE, False):
             return  # a failure of the run shown as a test case: not a test of the report
@@ -277,6 +277,7 @@ class ReportSession:
         self.collector.add(report)
         if report.when == "teardown" and not self.is_worker:
             self._progress(report.nodeid)
+            report.user_properties = junit_properties(report.user_properties)  # collected: the short form for junitxml
 
     def _progress(self, node_id: str) -> None:
         """One line per finished test (not under ``-q``): what it ran, how long, the verdict."""
