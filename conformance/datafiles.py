@@ -1,10 +1,16 @@
 """Data files validated when loaded: each TOML file of the suite has a pydantic schema (:class:`Schema`: unknown keys
-refused, strict types, so that TOML's ``true`` is not the number 1), and :func:`load_validated` turns a
+refused, strict types, so that TOML's ``true`` is not the number 1, numbers finite), and :func:`load_validated` turns a
 ``ValidationError`` into one :class:`DataFileError` that names the file, the line, the dotted key and what was expected.
+
+Before any schema sees it, :func:`read_toml` reads a file bounded (a regular file of at most
+:data:`conformance.fileio.TOML_LIMIT` bytes, UTF-8) and refuses numbers no figure of the suite's files can be: ``inf``
+and ``nan``, integers beyond TOML's 64-bit range, and floats beyond :data:`FLOAT_MAGNITUDE` or nearer to zero than its
+inverse (products and quotients of a few such figures overflow or divide by zero).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import types
 import typing
@@ -12,9 +18,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
 
-from conformance.fileio import parse_toml
+from conformance.fileio import TOML_LIMIT, InputFileError, out_of_range_numbers, parse_toml, read_text
 
 MAX_LISTED = 8  # problems listed in one message; the rest are counted
+FLOAT_MAGNITUDE = 1e15  # no float of the suite's data files is larger, or nearer to zero than 1 / FLOAT_MAGNITUDE
 
 
 class DataFileError(ValueError):
@@ -26,21 +33,45 @@ class Schema(BaseModel):
     """Base of the data files' schemas: unknown keys are errors, types are strict (no bool for a number, no float for
     an integer, no number for a string), a validated value is not changed afterwards."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 def read_toml(path) -> tuple[dict, str]:
-    """The TOML document at ``path`` and its text; a DataFileError naming the file when it cannot be read or parsed."""
+    """The TOML document at ``path`` and its text; a DataFileError naming the file (and line and key where there are
+    some) when it cannot be read or parsed, or holds a number outside what the suite's figures can be."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise DataFileError(f"{path}: cannot read it ({reason})") from None
-    try:
-        return parse_toml(text, path), text
-    except ValueError as exc:
+        text = read_text(path, "a TOML data file", TOML_LIMIT, DataFileError)
+        document = parse_toml(text, path)
+    except InputFileError as exc:
         raise DataFileError(str(exc)) from None
+    check_numbers(document, path, text)
+    return document, text
+
+
+def check_numbers(document, path, text: str | None = None) -> None:
+    """A DataFileError naming each number of ``document`` that is not finite, beyond TOML's 64-bit integers, or a float
+    beyond :data:`FLOAT_MAGNITUDE` (or nearer to zero than its inverse)."""
+    lines = key_lines(text) if text is not None else {}
+    problems = [(_line(loc, lines), f"{dotted(loc)} = {_show(value)}", "not a finite number" if isinstance(value, float)
+                 else "outside TOML's 64-bit integers") for loc, value in out_of_range_numbers(document)]
+    problems += [(_line(loc, lines), f"{dotted(loc)} = {_show(value)}",
+                  f"a figure beyond {FLOAT_MAGNITUDE:g} (or nearer to zero than {1 / FLOAT_MAGNITUDE:g}) means nothing "
+                  "in the suite's data") for loc, value in _floats(document)
+                 if math.isfinite(value) and value != 0 and not 1 / FLOAT_MAGNITUDE <= abs(value) <= FLOAT_MAGNITUDE]
+    if problems:
+        raise DataFileError(format_problems(path, problems))
+
+
+def _floats(document, path: tuple = ()):
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield from _floats(value, path + (key,))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            yield from _floats(value, path + (index,))
+    elif isinstance(document, float):
+        yield path, document
 
 
 def load_validated(path, schema: type[BaseModel], *, context: dict | None = None):

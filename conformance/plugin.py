@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy
 import pytest
 
+from conformance.accuracy import reference
 from conformance.datasets.cache import CacheError, check_writable, default_directory
 from conformance.datasets.user import UserCase, UserInputError, load_cases
 from conformance.hardware import get_backend, hardware_names
@@ -24,6 +25,7 @@ from conformance.settings import RunSettings
 from conformance.targets import DataFileError
 from conformance.targets import accuracy as accuracy_targets
 from conformance.targets.audit import load_audit_config
+from conformance.targets.label_floors import load_label_floors
 from conformance.targets.performance import PERFORMANCE_FILE, load_performance_targets
 from conformance.targets.profiles import PROFILE_NAMES, load_profiles
 from conformance.targets.regression import load_tolerances
@@ -339,6 +341,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "data, e.g. MLPerf's calibration lists) instead of the model's synthetic calibration samples; repeatable",
     )
     group.addoption(
+        "--allow-unused-weights",
+        action="store_true",
+        default=False,
+        help="judge a --checkpoint whose model.safetensors holds tensors its config.json does not use (by default a "
+        "usage error naming them); the report lists them",
+    )
+    group.addoption(
         "--samples",
         action="append",
         type=_sample_cap,
@@ -379,6 +388,7 @@ def check_data_files() -> None:
     load_profiles()
     load_audit_config()
     load_tolerances()
+    load_label_floors()
 
 
 def _configure(config: pytest.Config) -> None:
@@ -410,9 +420,13 @@ def _configure(config: pytest.Config) -> None:
     check_targets_runnable(settings)
     try:  # the user's checkpoints and data are read and checked before any test runs
         config.stash[USER_CASES_KEY] = load_cases(settings.models, settings.checkpoints, settings.datasets,
-                                                  settings.samples, settings.calibrations)
+                                                  settings.samples, settings.calibrations,
+                                                  config.getoption("allow_unused_weights"))
     except UserInputError as exc:
         raise pytest.UsageError(str(exc)) from None
+    # the stored FP32 references of the other models are readable and what the manifest says (a ReferenceError is a
+    # DataFileError: a usage error naming the file)
+    reference.check_files([name for name in settings.models if name not in config.stash[USER_CASES_KEY]])
     config.add_cleanup(terminate_as_interrupt())  # SIGTERM stops the run as Ctrl-C does: exit 2, the report written
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
     report = ReportSession(config, settings)

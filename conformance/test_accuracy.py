@@ -31,9 +31,8 @@ from conformance.fileio import write_bytes_atomic
 from conformance.hardware import get_backend
 from conformance.plugin import SETTINGS_KEY, progress_line
 from conformance.targets import accuracy as accuracy_targets
-from models import MODEL_NAMES, run_batched
+from models import MODEL_NAMES
 from models.ops import Ops
-from models.seeds import EVAL_SEED
 
 # Samples the layer-by-layer diagnosis runs (the ones with the lowest SNR).
 DIAGNOSE_SAMPLES = 2
@@ -72,6 +71,7 @@ class AccuracyRuns:
         self._references: dict[str, tuple[dict, dict]] = {}
         self._runs: dict[tuple[str, str], dict] = {}
         self.cached: dict[str, bool] = {}  # user's models: whether their FP32 outputs came from the cache
+        self.sources: dict[str, dict] = {}  # stored models: the rows read from the reference file and computed here
 
     def count(self, name: str) -> int:
         """Model samples (rows) the test runs: a data set's (all, or as --samples caps it), else --samples or the
@@ -89,8 +89,9 @@ class AccuracyRuns:
         return case.evaluation if case is not None and case.labelled else None
 
     def reference(self, name: str) -> tuple[dict, dict]:
-        """(inputs, FP32 outputs) of the first ``count`` evaluation samples: stored outputs, and FP32 computed
-        here for samples beyond the stored ones; a user's model: computed (or cached) outputs of its inputs."""
+        """(inputs, FP32 outputs) of the first ``count`` evaluation samples: stored outputs (checked against the
+        samples they were computed on), and FP32 computed here for samples beyond the stored ones, recorded in
+        ``sources``; a user's model: computed (or cached) outputs of its inputs."""
         if name not in self._references:
             if name in self.user_cases:
                 case = self.user_cases[name]
@@ -100,20 +101,7 @@ class AccuracyRuns:
                 self._references[name] = (inputs, outputs)
                 return self._references[name]
             model = self.model_store.get(name)
-            count = self.count(name)
-            stored = reference.load(name, model=model)
-            have = len(next(iter(stored.values())))
-            if count <= have:
-                inputs = reference.evaluation_inputs(model, count)
-                outputs = {k: v[:count] for k, v in stored.items()}
-            else:
-                inputs = model.sample_inputs(count, seed=EVAL_SEED)
-                head = {k: v[:have] for k, v in inputs.items()}
-                if reference.sha256_arrays(head) == reference.sha256_arrays(reference.evaluation_inputs(model)):
-                    rest = run_batched(model, {k: v[have:] for k, v in inputs.items()}, self.batch_size(name))
-                    outputs = {k: np.concatenate([stored[k], rest[k]]) for k in stored}
-                else:  # the generator's first samples depend on the batch size: compute everything
-                    outputs = run_batched(model, inputs, self.batch_size(name))
+            inputs, outputs, self.sources[name] = reference.outputs_for(model, self.count(name), self.batch_size(name))
             self._references[name] = (inputs, outputs)
         return self._references[name]
 
@@ -205,6 +193,8 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
     common.update(run["details"])
     if name in user_cases:
         common["judged"] = {**user_cases[name].judged(), "fp32_outputs_cached": accuracy_runs.cached.get(name)}
+    elif name in accuracy_runs.sources:
+        common["fp32_reference"] = accuracy_runs.sources[name]
     diagnosis_text = ""
     if failed or settings.diagnose:
         model = accuracy_runs.model_store.get(name)
@@ -218,7 +208,8 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
                      target=e.target if e.target is not None else float("nan"), op=e.gate.op,
                      units=UNITS.get(e.gate.metric, ""), gating=e.gate.gating, passed=e.passed,
                      established=e.established,
-                     details={**e.details, **common, **({"reason": e.reason} if e.reason else {})})
+                     details={**e.details, **common, **({"reason": e.reason} if e.reason else {}),
+                              **({"note": e.note} if e.note else {})})
 
     summary = ", ".join(f"{e.gate.check}={'n/a' if e.value is None else f'{e.value:.4g}'}"
                         + ("" if e.established is not False else " (not established)")

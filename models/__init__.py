@@ -44,9 +44,29 @@ def model_module(name: str):
     return importlib.import_module(_MODULES[canonical_name(name)])
 
 
-def load_model(name: str, checkpoint=None, seed: int = 0, **config_overrides) -> Model:
-    """Build a model: seeded FP32 weights at the seed-benchmark size, or a transformers checkpoint directory."""
-    return model_module(name).load(checkpoint=checkpoint, seed=seed, **config_overrides)
+def load_model(name: str, checkpoint=None, seed: int = 0, allow_unused_weights: bool = False,
+               **config_overrides) -> Model:
+    """Build a model: seeded FP32 weights at the seed-benchmark size, or a transformers checkpoint directory, every
+    tensor of which the model must use unless ``allow_unused_weights`` (see :func:`models.base.take_params`). A
+    checkpoint's problems are CheckpointErrors naming it; a config value outside its type or range is a ValueError
+    naming the field."""
+    module = model_module(name)
+    if checkpoint is None:
+        return module.load(checkpoint=None, seed=seed, **config_overrides)
+    try:
+        return module.load(checkpoint=checkpoint, seed=seed, allow_unused=allow_unused_weights, **config_overrides)
+    except CheckpointError:
+        raise
+    except (TypeError, ValueError) as exc:  # config.json's sizes that the config dataclass refuses, and overrides
+        raise CheckpointError(f"{name} checkpoint {str(checkpoint)!r}: {exc}") from None
 
 
-__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "load_model", "model_module", "run_batched"]
+def host_bytes(name: str, batch: int, **config_overrides) -> tuple[int, int]:
+    """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` samples) of model
+    ``name`` with ``config_overrides``, from its config alone (nothing is built); a ValueError naming the field for an
+    override outside its type or range."""
+    module = model_module(name)
+    return module.host_bytes(module.build_config(**config_overrides), int(batch))
+
+
+__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "host_bytes", "load_model", "model_module", "run_batched"]

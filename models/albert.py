@@ -14,7 +14,8 @@ from typing import ClassVar
 import numpy as np
 
 from models import encoder, text
-from models.base import Model, read_checkpoint, take_params
+from models.base import Model, check_parameter_memory, parameter_bytes, read_checkpoint, take_params
+from models.ops import contiguous
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +98,7 @@ class AlbertForQuestionAnswering(Model):
     def forward(self, inputs, ops):
         x = self.encode(inputs, ops)  # (B, S, H)
         logits = encoder.linear(ops, self.params, "qa_outputs", x)  # (B, S, 2)
-        return {"start_logits": np.ascontiguousarray(logits[..., 0]), "end_logits": np.ascontiguousarray(logits[..., 1])}
+        return {"start_logits": contiguous(logits[..., 0]), "end_logits": contiguous(logits[..., 1])}
 
     def sample_inputs(self, batch_size: int, seed: int = 0):
         """SQuAD-like rows (see :func:`models.text.squad_like`) in the albert-base-v2 SentencePiece vocabulary layout."""
@@ -109,11 +110,24 @@ class AlbertForQuestionAnswering(Model):
         return text.squad_examples(batch_size, seed, seq_len or self.config.seq_len, vocab)
 
 
-def load(checkpoint=None, seed: int = 0, **overrides) -> AlbertForQuestionAnswering:
+
+def build_config(**overrides) -> AlbertConfig:
+    """The validated config with ``overrides`` (no weights built)."""
+    return AlbertConfig.from_overrides(**overrides)
+
+
+def host_bytes(config: AlbertConfig, batch: int) -> tuple[int, int]:
+    """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` rows)."""
+    return parameter_bytes(param_shapes(config)), encoder.largest_activation_bytes(config, batch)
+
+
+def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> AlbertForQuestionAnswering:
     """Seeded weights at the albert-base-v2 size (the QA head fitted to the planted answers of the sample rows), or an
-    ``AlbertForQuestionAnswering`` checkpoint directory."""
+    ``AlbertForQuestionAnswering`` checkpoint directory (every tensor used unless ``allow_unused``, see
+    :func:`models.base.take_params`)."""
     if checkpoint is None:
         config = AlbertConfig.from_overrides(**overrides)
+        check_parameter_memory(param_shapes(config), "albert (seeded weights)")
         params = encoder.seeded_params(param_shapes(config), seed, ALBERT_LAYER, output_layers=("qa_outputs",))
         model = AlbertForQuestionAnswering(config, params)
         encoder.fit_seeded_span_head(model)  # the span head of a trained model (see models.encoder)
@@ -121,4 +135,5 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> AlbertForQuestionAnswer
     data, tensors = read_checkpoint(checkpoint)
     source = f"albert checkpoint {str(checkpoint)!r}"
     config = AlbertConfig.from_checkpoint_config(data, source, **overrides)
-    return AlbertForQuestionAnswering(config, take_params(tensors, param_shapes(config), source))
+    return AlbertForQuestionAnswering(config, take_params(tensors, param_shapes(config), source,
+                                                          allow_unused=allow_unused))

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load_file
+from safetensors import SafetensorError, safe_open
 
+from conformance.fileio import GIB, JSON_CONFIG_LIMIT, load_json, parse_json, regular_file
 from models.ops import FP32, Ops
 
 
@@ -59,6 +63,10 @@ class Model:
         self.params = params
         # dtype name -> number of tensors, as stored in the checkpoint the parameters came from ({} for seeded weights)
         self.checkpoint_dtypes: dict[str, int] = dict(getattr(params, "checkpoint_dtypes", {}))
+        # tensors of the checkpoint the model does not read: accepted with allow_unused (listed in the report), and
+        # buffers known not to change what it computes (name -> why)
+        self.unused_tensors: list[str] = list(getattr(params, "unused", []))
+        self.ignored_tensors: dict[str, str] = dict(getattr(params, "ignored", {}))
 
     # -- to implement --------------------------------------------------------------------------------------------
     @property
@@ -131,6 +139,53 @@ def run_batched(model: Model, inputs: dict[str, np.ndarray], batch_size: int, op
 
 
 # -- configs ----------------------------------------------------------------------------------------------------------
+def check_fields(config, ranges: dict[str, tuple], lengths: dict[str, tuple[int, int]] | None = None) -> None:
+    """Check, and normalise in place, the fields of the (frozen) config dataclass ``config`` against their annotated
+    types: an int field holds an int (never a bool, never a float such as 10.9, which would be truncated), a float
+    field a finite number (an int becomes a float), a bool a bool, a str a str, a ``tuple[int, ...]`` a list or tuple
+    of ints (stored as a tuple). Where ``ranges`` gives (low, high) for a field, its value (each element of a tuple)
+    lies in [low, high]; where ``lengths`` gives one, the tuple's length does. A ValueError names the config class, the
+    field (and index) and what is allowed."""
+    owner = type(config).__name__
+    for f in dataclasses.fields(config):
+        kind, value = _FIELD_TYPES.get(f.type, f.type), getattr(config, f.name)
+        where = f"{owner}.{f.name}"
+        if kind is tuple or typing.get_origin(kind) is tuple:
+            if not isinstance(value, (tuple, list)):
+                raise ValueError(f"{where} = {_shown(value)}: expected a list of integers")
+            items = tuple(_checked(f"{where}[{i}]", item, int, ranges.get(f.name)) for i, item in enumerate(value))
+            low, high = (lengths or {}).get(f.name, (1, None))
+            if len(items) < low or (high is not None and len(items) > high):
+                wanted = f"{low} to {high}" if high is not None else f"at least {low}"
+                raise ValueError(f"{where} has {len(items)} entries; expected {wanted}")
+            value = items
+        else:
+            value = _checked(where, value, kind, ranges.get(f.name))
+        object.__setattr__(config, f.name, value)
+
+
+# The annotations of config fields as written (``from __future__ import annotations`` keeps them as strings).
+_FIELD_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "tuple[int, ...]": tuple}
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _checked(where: str, value, kind, bounds):
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind in names and (not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))):
+        raise ValueError(f"{where} = {_shown(value)}: expected {names[kind]}")
+    if kind is float and not math.isfinite(value):
+        raise ValueError(f"{where} = {_shown(value)}: expected a finite number")
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"{where} = {_shown(value)}: expected {names[kind]} in [{bounds[0]:g}, {bounds[1]:g}]")
+    return value
+
+
 def apply_overrides(config, overrides: dict[str, Any]):
     """A copy of the dataclass ``config`` with ``overrides``; unknown field names are a TypeError listing the valid ones."""
     fields = {f.name: f for f in dataclasses.fields(config)}
@@ -162,14 +217,14 @@ def _parse_field(field: str, text: str, current):
         if isinstance(current, float):
             return float(raw)
         if isinstance(current, (tuple, list)):
-            items = json.loads(raw)
+            items = parse_json(raw, field)  # bounded: finite numbers, no nesting beyond what Python reads
             if not isinstance(items, list):
                 raise ValueError
             kind = type(current[0]) if current else None
             if kind is not None and not all(isinstance(v, kind) and not isinstance(v, bool) for v in items):
                 raise ValueError
             return type(current)(items)
-    except (ValueError, json.JSONDecodeError):
+    except ValueError:  # also int()'s and float()'s, and parse_json's InputFileError
         pass
     else:
         return text
@@ -178,7 +233,7 @@ def _parse_field(field: str, text: str, current):
         inner = f" of {type(current[0]).__name__}" if isinstance(current, (tuple, list)) and current else ""
         example = json.dumps(list(current)) if isinstance(current, (tuple, list)) else ""
         expected = f"a JSON list{inner}" + (f" such as {example}" if example else "")
-    raise ValueError(f"config field {field} expects {expected}, got {text!r}")
+    raise ValueError(f"config field {field} expects {expected}, got {_shown(text)}")
 
 
 def checkpoint_config(defaults, fields: dict[str, Any], source: str):
@@ -229,42 +284,194 @@ class CheckpointParams(dict):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.checkpoint_dtypes: dict[str, int] = {}
+        self.unused: list[str] = []  # tensors not read, accepted with allow_unused
+        self.ignored: dict[str, str] = {}  # buffers not read that leave the computation unchanged -> why
 
 
-def read_checkpoint(directory) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``config.json`` and ``model.safetensors`` of a transformers ``save_pretrained`` directory (never unpickles)."""
+# The largest model.safetensors read (its tensors are then checked against the memory the parameters take).
+CHECKPOINT_FILE_LIMIT = 256 * GIB
+# Parameters and weights may use at most this share of the memory available when they are built.
+MEMORY_SHARE = 0.8
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation: MemAvailable of /proc/meminfo, else the free physical pages."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62  # unknown: not limited here
+
+
+def check_memory(nbytes: float, what: str, source: str, error: type[ValueError] = ValueError) -> None:
+    """``error`` naming ``source`` when ``nbytes`` (of ``what``) exceed :data:`MEMORY_SHARE` of the memory available,
+    before anything that size is allocated."""
+    budget = MEMORY_SHARE * available_memory()
+    if nbytes > budget:
+        raise error(f"{source}: {what} need {nbytes / GIB:.3g} GiB, more than the {budget / GIB:.3g} GiB of memory "
+                    f"available ({MEMORY_SHARE:.0%} of what is free); a config of these sizes cannot be built here")
+
+
+def parameter_bytes(shapes: dict[str, tuple[int, ...]]) -> int:
+    """Bytes of float32 parameters of these shapes."""
+    return 4 * sum(math.prod(shape) for shape in shapes.values())
+
+
+def check_parameter_memory(shapes: dict[str, tuple[int, ...]], source: str,
+                           error: type[ValueError] = ValueError) -> None:
+    """The float32 parameters of ``shapes`` fit in memory (:func:`check_memory`), checked before they are built."""
+    count = sum(math.prod(shape) for shape in shapes.values())
+    check_memory(4 * count, f"its {count:,} float32 parameters", source, error)
+
+
+class CheckpointTensors(Mapping):
+    """The tensors of a ``model.safetensors``, read lazily: names, shapes and dtypes come from its header; a tensor's
+    data is read when it is looked up (so that names and shapes are checked, and memory, before any data is read)."""
+
+    def __init__(self, path: Path, shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str]):
+        self.path = Path(path)
+        self.shapes = shapes
+        self.dtypes = dtypes
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.shapes:
+            raise KeyError(name)
+        return self.load([name])[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def load(self, names) -> dict[str, np.ndarray]:
+        return dict(self.iter_load(names))
+
+    def iter_load(self, names) -> Iterator[tuple[str, np.ndarray]]:
+        """(name, array) of ``names``, one tensor read at a time."""
+        try:
+            with safe_open(str(self.path), framework="numpy") as handle:
+                for name in names:
+                    yield name, handle.get_tensor(name)
+        except (SafetensorError, OSError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint {str(self.path)!r} is corrupted or truncated: {exc}") from None
+
+
+def read_checkpoint(directory) -> tuple[dict[str, Any], CheckpointTensors]:
+    """``config.json`` and the header of ``model.safetensors`` of a transformers ``save_pretrained`` directory (never
+    unpickles): both regular files (a FIFO or device is refused before it is opened), config.json a JSON object of at
+    most :data:`conformance.fileio.JSON_CONFIG_LIMIT` bytes, UTF-8, with finite numbers of sensible length."""
     path = Path(directory)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist (expected config.json + model.safetensors)")
     config_path = path / "config.json"
     weights_path = path / "model.safetensors"
     for needed in (config_path, weights_path):
-        if not needed.is_file():
+        if not needed.exists():
             raise CheckpointError(f"checkpoint {str(path)!r} lacks {needed.name} (expected config.json + model.safetensors)")
     try:
-        config = json.loads(config_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"checkpoint {str(config_path)!r} is not valid JSON: {exc}") from None
+        config = load_json(config_path, "a checkpoint's config.json", JSON_CONFIG_LIMIT, CheckpointError)
+    except CheckpointError as exc:
+        raise CheckpointError(f"checkpoint {exc}") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"checkpoint {str(config_path)!r} is not a JSON object (it holds a {type(config).__name__})")
+    regular_file(weights_path, "a model.safetensors file", CHECKPOINT_FILE_LIMIT, CheckpointError)
     try:
-        tensors = load_file(str(weights_path))
-    except (SafetensorError, OSError, ValueError) as exc:
+        with safe_open(str(weights_path), framework="numpy") as handle:
+            names = list(handle.keys())
+            slices = {name: handle.get_slice(name) for name in names}
+            shapes = {name: tuple(int(n) for n in part.get_shape()) for name, part in slices.items()}
+            dtypes = {name: str(part.get_dtype()) for name, part in slices.items()}
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {str(weights_path)!r} is corrupted or truncated: {exc}") from None
-    return config, tensors
+    return config, CheckpointTensors(weights_path, shapes, dtypes)
 
 
-def take_params(tensors: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]], source: str) -> dict[str, np.ndarray]:
-    """Exactly the ``expected`` tensors, as float32, each checked by name and shape; errors name the first mismatch."""
+# Buffers a transformers or torch checkpoint may hold that these models compute without (checked, then not read).
+_POSITION_IDS = "position_ids"  # transformers' embeddings.position_ids: the positions 0, 1, 2, ...
+_BATCHES_TRACKED = "num_batches_tracked"  # torch BatchNorm's count of training steps; inference uses running stats
+_INTEGER_CODES = ("I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8")
+
+
+def _known_buffer(tensors, name: str) -> str | None:
+    """Why the buffer ``name`` of ``tensors`` leaves the computation unchanged, or None when it is not such a buffer
+    (or does not hold what such a buffer holds)."""
+    last = name.rsplit(".", 1)[-1]
+    if last not in (_POSITION_IDS, _BATCHES_TRACKED):
+        return None
+    shape = _shape(tensors, name)
+    dtype = tensors.dtypes.get(name) if isinstance(tensors, CheckpointTensors) else None
+    if dtype is not None and dtype not in _INTEGER_CODES:
+        return None
+    if last == _BATCHES_TRACKED:
+        return "torch BatchNorm's count of training steps (inference uses the running statistics)" \
+            if math.prod(shape) == 1 else None
+    if len(shape) not in (1, 2) or math.prod(shape) > (1 << 24):
+        return None
+    values = np.asarray(tensors[name]).reshape(-1)
+    if not np.array_equal(values, np.arange(values.size)):
+        return None
+    return "the positions 0, 1, 2, ... that the model uses without reading them"
+
+
+def _shape(tensors, name: str) -> tuple[int, ...]:
+    if isinstance(tensors, CheckpointTensors):
+        return tensors.shapes[name]
+    return tuple(np.shape(tensors[name]))
+
+
+def _listed(names: list[str], shown: int = 5) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(repr(n) for n in names[:shown]) + more
+
+
+def take_params(tensors, expected: dict[str, tuple[int, ...]], source: str, *, allow_unused: bool = False,
+                ignorable: dict[str, str] | Callable[[str], str | None] | None = None) -> dict[str, np.ndarray]:
+    """Exactly the ``expected`` tensors, as float32, each checked by name and shape (from the file's header, before
+    its data is read) and their total size against the memory available; errors name the first mismatch.
+
+    Every tensor of the checkpoint must be one the model reads: a tensor the config does not use (a second layer of a
+    checkpoint whose config.json says one) would judge another model than the checkpoint, so it is a CheckpointError
+    naming them, unless ``allow_unused`` (the model then lists them in ``unused_tensors``). Buffers known to leave the
+    computation unchanged (``position_ids`` holding 0, 1, 2, ...; BatchNorm's ``num_batches_tracked``) and the names
+    ``ignorable`` gives a reason for (a dict name -> why, or a function of the name returning why or None) are not read
+    and are listed in ``ignored_tensors``."""
+    known = ignorable.get if isinstance(ignorable, dict) else (ignorable or (lambda name: None))
     missing = [name for name in expected if name not in tensors]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise CheckpointError(f"{source}: missing tensor {missing[0]!r} of shape {tuple(expected[missing[0]])}{more}")
-    params = CheckpointParams()
+    ignored, unused = {}, []
+    for name in tensors:
+        if name in expected:
+            continue
+        why = known(name) or _known_buffer(tensors, name)
+        if why is not None:
+            ignored[name] = why
+        else:
+            unused.append(name)
+    if unused and not allow_unused:
+        raise CheckpointError(f"{source}: model.safetensors holds {len(unused)} tensor(s) that its config.json does not "
+                              f"use: {_listed(sorted(unused))}; every tensor must be used (a config.json that does not "
+                              "describe the weights, e.g. fewer layers than stored, would judge another model). Correct "
+                              "config.json, or pass --allow-unused-weights to judge the model without them (the report "
+                              "lists them)")
     for name, shape in expected.items():
-        arr = tensors[name]
-        if tuple(arr.shape) != tuple(shape):
-            raise CheckpointError(f"{source}: tensor {name!r} has shape {tuple(arr.shape)}, expected {tuple(shape)}")
+        if _shape(tensors, name) != tuple(shape):
+            raise CheckpointError(f"{source}: tensor {name!r} has shape {_shape(tensors, name)}, expected {tuple(shape)}")
+    check_parameter_memory(expected, source, CheckpointError)
+    params = CheckpointParams()
+    params.unused = sorted(unused)
+    params.ignored = dict(sorted(ignored.items()))
+    loaded = tensors.iter_load(expected) if isinstance(tensors, CheckpointTensors) else \
+        ((name, tensors[name]) for name in expected)
+    for name, arr in loaded:
         dtype = str(arr.dtype)
         if dtype not in CHECKPOINT_FLOAT_DTYPES:
             raise CheckpointError(f"{source}: tensor {name!r} in model.safetensors has dtype {dtype}; expected a float dtype "

@@ -13,9 +13,14 @@ from typing import ClassVar
 import numpy as np
 
 from models import encoder, text
-from models.base import Model, read_checkpoint, take_params
+from models.base import Model, check_parameter_memory, parameter_bytes, read_checkpoint, take_params
+from models.ops import contiguous
 
 PREFIXES = {"BertForQuestionAnswering": "bert.", "BertModel": ""}  # where the encoder's tensors live in the checkpoint
+# A BertModel checkpoint's pooler (transformers' pooler_output): not an output of the suite's BertModel, whose output is
+# last_hidden_state; it is listed as not read.
+POOLER = {"pooler.dense.weight": "the pooler (pooler_output), which BertModel's last_hidden_state does not use",
+          "pooler.dense.bias": "the pooler (pooler_output), which BertModel's last_hidden_state does not use"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,18 +107,30 @@ class BertForQuestionAnswering(BertModel):
     def forward(self, inputs, ops):
         x = self.encode(inputs, ops)  # (B, S, H)
         logits = encoder.linear(ops, self.params, "qa_outputs", x)  # (B, S, 2)
-        return {"start_logits": np.ascontiguousarray(logits[..., 0]), "end_logits": np.ascontiguousarray(logits[..., 1])}
+        return {"start_logits": contiguous(logits[..., 0]), "end_logits": contiguous(logits[..., 1])}
 
 
 CLASSES = {"BertForQuestionAnswering": BertForQuestionAnswering, "BertModel": BertModel}
 
 
-def load(checkpoint=None, seed: int = 0, **overrides) -> BertModel:
+
+def build_config(**overrides) -> BertConfig:
+    """The validated config with ``overrides`` (no weights built)."""
+    return BertConfig.from_overrides(**overrides)
+
+
+def host_bytes(config: BertConfig, batch: int) -> tuple[int, int]:
+    """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` rows)."""
+    return parameter_bytes(param_shapes(config)), encoder.largest_activation_bytes(config, batch)
+
+
+def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> BertModel:
     """Seeded weights at the bert-base size (the QA head fitted to the planted answers of the sample rows), or a
     ``BertForQuestionAnswering`` / ``BertModel`` checkpoint directory (told apart by the ``bert.`` prefix of the tensor
-    names)."""
+    names; every tensor used unless ``allow_unused``, see :func:`models.base.take_params`)."""
     if checkpoint is None:
         config = BertConfig.from_overrides(**overrides)
+        check_parameter_memory(param_shapes(config), "bert-base (seeded weights)")
         params = encoder.seeded_params(param_shapes(config), seed, encoder.BERT_LAYER, output_layers=("qa_outputs",))
         model = CLASSES[config.architecture](config, params)
         if isinstance(model, BertForQuestionAnswering):
@@ -123,4 +140,6 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> BertModel:
     source = f"bert-base checkpoint {str(checkpoint)!r}"
     architecture = "BertForQuestionAnswering" if any(k.startswith("bert.") for k in tensors) else "BertModel"
     config = BertConfig.from_checkpoint_config(data, source, **{"architecture": architecture, **overrides})
-    return CLASSES[config.architecture](config, take_params(tensors, param_shapes(config), source))
+    ignorable = POOLER if config.architecture == "BertModel" else {}
+    return CLASSES[config.architecture](config, take_params(tensors, param_shapes(config), source,
+                                                            allow_unused=allow_unused, ignorable=ignorable))

@@ -37,15 +37,37 @@ import math
 from dataclasses import dataclass, fields
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from models import speech
-from models.base import InputSpec, Model, ParamInit, apply_overrides, checkpoint_config, read_checkpoint, take_params
-from models.ops import Ops
+from models.base import (
+    InputSpec,
+    Model,
+    ParamInit,
+    apply_overrides,
+    check_fields,
+    check_parameter_memory,
+    checkpoint_config,
+    parameter_bytes,
+    read_checkpoint,
+    take_params,
+)
+from models.ops import Ops, contiguous
 
 _ACTIVATIONS = ("swish", "silu", "gelu")
 _BLOCK_LN_EPS = 1e-5  # nn.LayerNorm default: transformers' Conformer block norms do not take config.layer_norm_eps
 _BN_EPS = 1e-5  # nn.BatchNorm1d default
+# What each size may be (inclusive): wider than any published Conformer, narrow enough that a value outside is a mistake.
+CONFIG_RANGES = {
+    "hidden_size": (2, 65_536),
+    "num_attention_heads": (1, 1_024),
+    "intermediate_size": (1, 262_144),
+    "conv_depthwise_kernel_size": (1, 1_023),
+    "num_hidden_layers": (1, 1_024),
+    "layer_norm_eps": (0.0, 1.0),
+    "in_channels": (1, 1_024),
+    "feature_bins": (1, 8_192),
+    "frames": (4, 1_048_576),
+}
 
 
 @dataclass(frozen=True)
@@ -67,6 +89,7 @@ class ConformerConfig:
     frames: int = 512
 
     def __post_init__(self):
+        check_fields(self, CONFIG_RANGES)
         problems = []
         if self.hidden_size % self.num_attention_heads:
             problems.append(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}")
@@ -168,12 +191,13 @@ def relative_position_table(length: int, hidden_size: int) -> np.ndarray:
 
 def _relative_shift(scores: np.ndarray) -> np.ndarray:
     """(B, H, T, 2T-1) scores against relative positions T-1 .. -(T-1) -> (B, H, T, T) with out[i, j] at position i - j
-    (the Transformer-XL skew; the same values as transformers' pad-and-reshape)."""
+    (the Transformer-XL skew; the same values as transformers' pad-and-reshape): row i is the T entries from offset
+    (T - 1) + i * (2T - 2) of the head's flattened scores, taken with a reshape and slices."""
     b, h, t, r = scores.shape
-    flat = np.ascontiguousarray(scores).reshape(b, h, t * r)[:, :, t - 1:]
-    step = flat.itemsize
-    view = as_strided(flat, shape=(b, h, t, t), strides=(flat.strides[0], flat.strides[1], (r - 1) * step, step))
-    return np.ascontiguousarray(view)
+    if t == 1:
+        return scores  # the one relative position, 0
+    flat = scores.reshape(b, h, t * r)[:, :, t - 1: t - 1 + t * (r - 1)]  # (B, H, T (2T - 2))
+    return contiguous(flat.reshape(b, h, t, r - 1)[:, :, :, :t])
 
 
 class Conformer(Model):
@@ -197,7 +221,7 @@ class Conformer(Model):
     # -- forward ---------------------------------------------------------------------------------------------------
     def forward(self, inputs, ops: Ops):
         src = ops.input(inputs["src"], name="src")  # (B, C, F, T)
-        pad_mask = np.asarray(inputs["src_pad_mask"]).astype(bool)  # (B, T/4), True = padded
+        pad_mask = inputs["src_pad_mask"].astype(bool)  # (B, T/4), True = padded
         hidden = self.subsample(src, ops)  # (B, T/4, D)
         return {"memory": self.encode(hidden, pad_mask, ops)}
 
@@ -275,13 +299,13 @@ class Conformer(Model):
         scaling = np.float32(dh ** -0.5)
 
         def split_heads(y):  # (B, T, D) -> (B, H, T, dh), contiguous so that matmul runs as BLAS sgemm
-            return np.ascontiguousarray(y.reshape(b, t, heads, dh).transpose(0, 2, 1, 3))
+            return contiguous(y.reshape(b, t, heads, dh).transpose(0, 2, 1, 3))
 
         q = split_heads(self._linear(f"{name}.linear_q", x, ops))
         k = split_heads(self._linear(f"{name}.linear_k", x, ops))
         v = split_heads(self._linear(f"{name}.linear_v", x, ops))
         pos = self._linear(f"{name}.linear_pos", positions, ops, bias=False)  # (2T-1, D)
-        pos = np.ascontiguousarray(pos.reshape(2 * t - 1, heads, dh).transpose(1, 2, 0))  # (H, dh, 2T-1)
+        pos = contiguous(pos.reshape(2 * t - 1, heads, dh).transpose(1, 2, 0))  # (H, dh, 2T-1)
 
         q_v = ops.add(q, self.params[f"{name}.pos_bias_v"][None, :, None, :], name=f"{name}.pos_bias_v")
         position_scores = ops.matmul(q_v, pos[None], name=f"{name}.position_scores")  # (B, H, T, 2T-1)
@@ -289,7 +313,7 @@ class Conformer(Model):
         position_scores = ops.mul(position_scores, scaling, name=f"{name}.position_scores_scaled")
 
         q_u = ops.add(q, self.params[f"{name}.pos_bias_u"][None, :, None, :], name=f"{name}.pos_bias_u")
-        scores = ops.matmul(q_u, np.ascontiguousarray(k.transpose(0, 1, 3, 2)), name=f"{name}.scores")  # (B, H, T, T)
+        scores = ops.matmul(q_u, contiguous(k.transpose(0, 1, 3, 2)), name=f"{name}.scores")  # (B, H, T, T)
         scores = ops.mul(scores, scaling, name=f"{name}.scores_scaled")
         scores = ops.add(scores, position_scores, name=f"{name}.position_bias")
         if attention_bias is not None:
@@ -314,7 +338,7 @@ class Conformer(Model):
                            p[f"{name}.batch_norm.weight"], p[f"{name}.batch_norm.bias"], eps=_BN_EPS, axis=1,
                            name=f"{name}.batch_norm")
         h = self._activation(f"{name}.activation", h, ops)
-        h = np.ascontiguousarray(h[:, :, 0, :].transpose(0, 2, 1))  # (B, T, D)
+        h = contiguous(h[:, :, 0, :].transpose(0, 2, 1))  # (B, T, D)
         return self._linear(f"{name}.pointwise_conv2", h, ops, bias=False)
 
     # -- sample data -----------------------------------------------------------------------------------------------
@@ -334,15 +358,46 @@ def config_from_json(data: dict, source: str) -> ConformerConfig:
     return checkpoint_config(ConformerConfig(), {k: v for k, v in data.items() if k in known}, source)
 
 
-def load(checkpoint=None, seed: int = 0, **overrides) -> Conformer:
-    """Seeded Conformer-M, or the tensors of a checkpoint directory (``config.json`` + ``model.safetensors``)."""
+# The parts of a saved Wav2Vec2ConformerModel this encoder replaces or lacks: wav2vec2's raw-audio front end (its input
+# is log-mel features through the Conv2dSubsampling above), the masked-spectrum embedding of pretraining and the
+# convolutional position embedding, which transformers' encoder does not apply with relative positions.
+_FRONT_END = ("feature_extractor.", "feature_projection.", "encoder.pos_conv_embed.")
+
+
+def _not_read(name: str) -> str | None:
+    """Why a tensor of a Wav2Vec2ConformerModel checkpoint is not read by this encoder, or None."""
+    if name.startswith(_FRONT_END) or name == "masked_spec_embed":
+        return "a part of Wav2Vec2ConformerModel outside its encoder (front end, pretraining, conv positions)"
+    return None
+
+
+def build_config(**overrides) -> ConformerConfig:
+    """The validated config with ``overrides`` (no weights built)."""
+    return apply_overrides(ConformerConfig(), overrides)
+
+
+def host_bytes(config: ConformerConfig, batch: int) -> tuple[int, int]:
+    """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` utterances: the
+    first subsampling convolution, the position scores of every head (T x 2T), or the FFN's intermediate)."""
+    c = config
+    t = c.subsampled_frames
+    largest = max(c.hidden_size * ((c.feature_bins + 1) // 2) * ((c.frames + 1) // 2),
+                  c.num_attention_heads * t * (2 * t - 1), t * c.intermediate_size, c.in_channels * c.feature_bins * c.frames)
+    return parameter_bytes(parameter_shapes(c)), 4 * batch * largest
+
+
+def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> Conformer:
+    """Seeded Conformer-M, or the tensors of a checkpoint directory (``config.json`` + ``model.safetensors``; every
+    tensor used unless ``allow_unused``, see :func:`models.base.take_params`)."""
     if checkpoint is None:
         config = apply_overrides(ConformerConfig(), overrides)
+        check_parameter_memory(parameter_shapes(config), "conformer (seeded weights)")
         return Conformer(config, init_params(config, seed))
     data, tensors = read_checkpoint(checkpoint)
     source = f"conformer checkpoint {str(checkpoint)!r}"
     config = apply_overrides(config_from_json(data, source), overrides)
-    return Conformer(config, take_params(tensors, parameter_shapes(config), source))
+    return Conformer(config, take_params(tensors, parameter_shapes(config), source, allow_unused=allow_unused,
+                                         ignorable=_not_read))
 
 
 __all__ = ["Conformer", "ConformerConfig", "load", "parameter_shapes", "init_params", "relative_position_table"]

@@ -16,8 +16,8 @@ from typing import Any, Callable, ClassVar, get_type_hints
 
 import numpy as np
 
-from models.base import CheckpointError, InputError, InputSpec, ParamInit, apply_overrides
-from models.ops import FP32
+from models.base import CheckpointError, InputError, InputSpec, ParamInit, apply_overrides, check_fields
+from models.ops import FP32, contiguous
 
 # transformers' hidden_act names -> the GELU form (ACT2FN: "gelu" is the erf form, "gelu_new" the tanh approximation).
 GELU_FORMS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
@@ -111,7 +111,7 @@ def self_attention(ops, params, prefix: str, names: LayerNames, x, mask, num_hea
         q = rotate(ops, q, f"{prefix}.{names.query}.rotary")  # (B, nh, S, d)
         k = rotate(ops, k, f"{prefix}.{names.key}.rotary")  # (B, nh, S, d)
     q = ops.mul(q, np.float32(1.0 / np.sqrt(head_dim)), name=f"{attn}.scale")  # (B, nh, S, d)
-    k_t = np.ascontiguousarray(k).transpose(0, 1, 3, 2)  # (B, nh, d, S); numpy's matmul is ~10x slower on the strided view
+    k_t = contiguous(k).transpose(0, 1, 3, 2)  # (B, nh, d, S); numpy's matmul is ~10x slower on the strided view
     scores = ops.matmul(q, k_t, name=f"{attn}.scores")  # (B, nh, S, S)
     scores = ops.add(scores, mask, name=f"{attn}.mask")  # (B, nh, S, S) + (B, 1, 1, S)
     probs = ops.softmax(scores, axis=-1, name=f"{attn}.probs")  # (B, nh, S, S)
@@ -154,6 +154,23 @@ IGNORED_CONFIG_KEYS = frozenset({
 })
 # Keys that would change the computation with another value: accepted when absent, null or the value implemented here.
 REQUIRED_CONFIG_VALUES = {"is_decoder": False, "position_embedding_type": "absolute", "pruned_heads": {}}
+# What each size may be (inclusive), wide enough for any published encoder of these families (vocabularies to 10M
+# tokens, 128k positions, widths to 64k) and narrow enough that a value outside means a mistake (a negative count, a
+# width of millions) rather than a model; the memory the parameters take is checked when they are built.
+CONFIG_RANGES = {
+    "vocab_size": (1, 10_000_000),
+    "hidden_size": (1, 65_536),
+    "num_hidden_layers": (1, 1_024),
+    "num_attention_heads": (1, 1_024),
+    "intermediate_size": (1, 262_144),
+    "max_position_embeddings": (1, 131_072),
+    "type_vocab_size": (1, 1_024),
+    "layer_norm_eps": (0.0, 1.0),
+    "seq_len": (1, 131_072),
+    "embedding_size": (1, 65_536),
+    "num_hidden_groups": (1, 1_024),
+    "inner_group_num": (1, 1_024),
+}
 
 
 def _json_value(value, kind: type):
@@ -190,6 +207,9 @@ class TransformerConfig:
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     seq_len: int  # input length (not in transformers' config)
+
+    def __post_init__(self):
+        check_fields(self, CONFIG_RANGES)  # every field of its type and within CONFIG_RANGES, also for direct builds
 
     def validate(self) -> None:
         """A ValueError naming the model and the field for a config the model cannot run."""
@@ -237,9 +257,22 @@ class TransformerConfig:
         if unknown:
             raise CheckpointError(f"{source}: config.json has unknown key(s) {unknown} (not {cls.__name__} fields, nor "
                                   "keys known to leave the computation unchanged)")
-        config = apply_overrides(cls(**values), overrides)
-        config.validate()
+        try:
+            config = apply_overrides(cls(**values), overrides)
+            config.validate()
+        except CheckpointError:
+            raise
+        except (TypeError, ValueError) as exc:  # a value outside its range, sizes that do not fit together
+            raise CheckpointError(f"{source}: config.json: {exc}") from None
         return config
+
+
+def largest_activation_bytes(config: TransformerConfig, batch: int) -> int:
+    """Bytes of the largest float32 tensor one forward pass of ``batch`` rows creates: the attention scores of every
+    head (S x S), the FFN's intermediate or the embeddings, whichever is larger."""
+    s, h = config.seq_len, config.hidden_size
+    return 4 * batch * max(config.num_attention_heads * s * s, s * config.intermediate_size,
+                           s * getattr(config, "embedding_size", h), s * h)
 
 
 # -- seeded weights ---------------------------------------------------------------------------------------------------

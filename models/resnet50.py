@@ -25,7 +25,10 @@ from models.base import (
     Model,
     ParamInit,
     apply_overrides,
+    check_fields,
+    check_parameter_memory,
     checkpoint_config,
+    parameter_bytes,
     read_checkpoint,
     take_params,
 )
@@ -37,6 +40,19 @@ STEM_CONV = "resnet.embedder.embedder.convolution"
 BN_EPS = 1e-5  # torch.nn.BatchNorm2d default, used by transformers' ResNetConvLayer and ResNetShortCut
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)  # ImageNet preprocessing of torchvision / microsoft/resnet-50
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+# What each size may be (inclusive; for the stage lists, each entry and how many stages): wider than any published
+# ResNet, narrow enough that a value outside is a mistake. The memory the parameters take is checked when they are built.
+CONFIG_RANGES = {
+    "num_channels": (1, 1_024),
+    "embedding_size": (1, 65_536),
+    "hidden_sizes": (4, 65_536),
+    "depths": (1, 1_024),
+    "num_labels": (1, 1_000_000),
+    "image_size": (1, 8_192),
+}
+CONFIG_LENGTHS = {"hidden_sizes": (1, 16), "depths": (1, 16)}
 
 
 @dataclass(frozen=True)
@@ -55,8 +71,7 @@ class ResNetConfig:
     image_size: int = 224
 
     def __post_init__(self):
-        object.__setattr__(self, "hidden_sizes", tuple(int(v) for v in self.hidden_sizes))
-        object.__setattr__(self, "depths", tuple(int(v) for v in self.depths))
+        check_fields(self, CONFIG_RANGES, CONFIG_LENGTHS)
         if self.layer_type != "bottleneck":
             raise ValueError(f"ResNetConfig: layer_type must be 'bottleneck' (ResNet-50), got {self.layer_type!r}")
         if len(self.hidden_sizes) != len(self.depths) or not self.depths:
@@ -366,32 +381,54 @@ TRANSFORMERS_DEFAULT_LABELS = 2
 
 # -- loading --------------------------------------------------------------------------------------------------------------
 def _config_from_checkpoint(raw: dict, source: str) -> dict:
-    """ResNetConfig fields from a transformers ``config.json``; unsupported variants are a CheckpointError."""
+    """ResNetConfig fields from a transformers ``config.json``; unsupported variants are a CheckpointError (values of
+    the wrong type or range are refused by the config itself, never converted)."""
     if raw.get("model_type", "resnet") != "resnet":
         raise CheckpointError(f"{source}: model_type is {raw.get('model_type')!r}, expected 'resnet'")
     for key, wanted in (("layer_type", "bottleneck"), ("hidden_act", "relu"), ("downsample_in_bottleneck", False)):
         if raw.get(key, wanted) != wanted:
             raise CheckpointError(f"{source}: {key} is {raw[key]!r}; ResNet-50 v1.5 needs {wanted!r}")
-    fields = {k: raw[k] for k in ("num_channels", "embedding_size", "downsample_in_first_stage") if k in raw}
-    for key in ("hidden_sizes", "depths"):
-        if key in raw:
-            fields[key] = tuple(int(v) for v in raw[key])
+    fields = {k: raw[k] for k in ("num_channels", "embedding_size", "downsample_in_first_stage", "hidden_sizes",
+                                  "depths") if k in raw}
     if "num_labels" in raw:
-        fields["num_labels"] = int(raw["num_labels"])
+        fields["num_labels"] = raw["num_labels"]
     elif "id2label" in raw:
+        if not isinstance(raw["id2label"], dict):
+            raise CheckpointError(f"{source}: config.json id2label is {type(raw['id2label']).__name__}, expected an "
+                                  "object of class names")
         fields["num_labels"] = len(raw["id2label"])
     else:  # transformers leaves both out of config.json when the labels are its default, two
         fields["num_labels"] = TRANSFORMERS_DEFAULT_LABELS
     return fields
 
 
-def load(checkpoint=None, seed: int = 0, **overrides) -> ResNet50:
+def build_config(**overrides) -> ResNetConfig:
+    """The validated config with ``overrides`` (no weights built)."""
+    return apply_overrides(ResNetConfig(), overrides)
+
+
+def host_bytes(config: ResNetConfig, batch: int) -> tuple[int, int]:
+    """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` images: the input,
+    the stem's convolution, or a bottleneck layer's output)."""
+    c = config
+    side = -(-c.image_size // 2)
+    largest = max(c.num_channels * c.image_size ** 2, c.embedding_size * side * side)
+    side = -(-side // 2)
+    for _, _, out_ch, stride in _layers(c):
+        side = -(-side // stride)
+        largest = max(largest, out_ch * side * side)
+    return parameter_bytes(param_shapes(c)), 4 * batch * largest
+
+
+def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> ResNet50:
     """Seeded weights at the ResNet-50 size, or a ``ResNetForImageClassification`` ``save_pretrained`` directory
-    (config sizes from its ``config.json``; ``overrides`` apply on top, e.g. ``image_size``)."""
+    (config sizes from its ``config.json``; ``overrides`` apply on top, e.g. ``image_size``; every tensor used unless
+    ``allow_unused``, see :func:`models.base.take_params`)."""
     if checkpoint is None:
         config = apply_overrides(ResNetConfig(), overrides)
+        check_parameter_memory(param_shapes(config), "resnet50 (seeded weights)")
         return ResNet50(config, seeded_params(config, seed))
     raw, tensors = read_checkpoint(checkpoint)
     source = f"resnet50 checkpoint {str(checkpoint)!r}"
     config = apply_overrides(checkpoint_config(ResNetConfig(), _config_from_checkpoint(raw, source), source), overrides)
-    return ResNet50(config, take_params(tensors, param_shapes(config), source))
+    return ResNet50(config, take_params(tensors, param_shapes(config), source, allow_unused=allow_unused))

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from models import encoder, text
-from models.base import Model, read_checkpoint, take_params
+from models.base import Model, check_parameter_memory, parameter_bytes, read_checkpoint, take_params
 from models.ops import FP32
 
 
@@ -192,12 +192,25 @@ def fit_seeded_pair_head(model: RoFormerForSequenceClassification) -> None:
                                                                                                          similar)
 
 
-def load(checkpoint=None, seed: int = 0, **overrides) -> RoFormerForSequenceClassification:
+
+def build_config(**overrides) -> RoFormerConfig:
+    """The validated config with ``overrides`` (no weights built)."""
+    return RoFormerConfig.from_overrides(**overrides)
+
+
+def host_bytes(config: RoFormerConfig, batch: int) -> tuple[int, int]:
+    """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` rows)."""
+    return parameter_bytes(param_shapes(config)), encoder.largest_activation_bytes(config, batch)
+
+
+def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> RoFormerForSequenceClassification:
     """Seeded weights at the RoFormer-base size (the similarity head fitted to the planted pairs of the sample rows), or
-    a ``RoFormerForSequenceClassification`` checkpoint (num_labels=1)."""
+    a ``RoFormerForSequenceClassification`` checkpoint (num_labels=1; every tensor used unless ``allow_unused``, see
+    :func:`models.base.take_params`)."""
     if checkpoint is None:
         config = RoFormerConfig.from_overrides(**overrides)
         shapes = param_shapes(config)
+        check_parameter_memory(shapes, "roformer (seeded weights)")
         positions = shapes.pop(POSITIONS)
         params = encoder.seeded_params(shapes, seed, encoder.BERT_LAYER, output_layers=("classifier.out_proj",))
         params[POSITIONS] = sinusoidal_positions(*positions)
@@ -207,4 +220,5 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> RoFormerForSequenceClas
     data, tensors = read_checkpoint(checkpoint)
     source = f"roformer checkpoint {str(checkpoint)!r}"
     config = RoFormerConfig.from_checkpoint_config(data, source, **overrides)
-    return RoFormerForSequenceClassification(config, take_params(tensors, param_shapes(config), source))
+    return RoFormerForSequenceClassification(config, take_params(tensors, param_shapes(config), source,
+                                                                 allow_unused=allow_unused))

@@ -41,7 +41,10 @@ from models.base import (
     Model,
     ParamInit,
     apply_overrides,
+    check_fields,
+    check_parameter_memory,
     checkpoint_config,
+    parameter_bytes,
     read_checkpoint,
     take_params,
 )
@@ -56,6 +59,15 @@ CRITEO_KAGGLE_CARDINALITIES = (
 )
 HASH_BUCKET_CAP = 100_000  # 7 features are capped; 0.84M rows in all (54 MB of FP32 embeddings at D=16)
 CRITEO_CLICK_RATE = 0.256  # share of clicks in the Criteo Kaggle training set
+# What each size may be (inclusive; for the lists, each entry and how many): hashed ids index an int32 range, an MLP of
+# more than 64 layers or a million units is a mistake. The memory the parameters take is checked when they are built.
+CONFIG_RANGES = {
+    "bucket_sizes": (1, 2**31 - 1),
+    "num_numeric": (1, 4_096),
+    "embedding_dim": (1, 65_536),
+    "hidden_sizes": (1, 1_048_576),
+}
+CONFIG_LENGTHS = {"bucket_sizes": (1, 1_024), "hidden_sizes": (1, 64)}
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,7 @@ class WideDeepConfig:
     hidden_sizes: tuple[int, ...] = (1024, 512, 256)
 
     def __post_init__(self):
-        object.__setattr__(self, "bucket_sizes", tuple(int(v) for v in self.bucket_sizes))
-        object.__setattr__(self, "hidden_sizes", tuple(int(v) for v in self.hidden_sizes))
-        if not self.bucket_sizes or min(self.bucket_sizes) < 1:
-            raise ValueError(f"WideDeepConfig: bucket_sizes must be positive, got {self.bucket_sizes}")
-        if not self.hidden_sizes:
-            raise ValueError("WideDeepConfig: hidden_sizes must not be empty")
+        check_fields(self, CONFIG_RANGES, CONFIG_LENGTHS)  # integers are integers (10.9 is refused, not truncated)
 
     @property
     def num_categorical(self) -> int:
@@ -288,11 +295,25 @@ def save_checkpoint(model: WideDeep, directory) -> Path:
     return path
 
 
-def load(checkpoint=None, seed: int = 0, **overrides) -> WideDeep:
+def build_config(**overrides) -> WideDeepConfig:
+    """The validated config with ``overrides`` (no weights built)."""
+    return apply_overrides(WideDeepConfig(), overrides)
+
+
+def host_bytes(config: WideDeepConfig, batch: int) -> tuple[int, int]:
+    """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` rows)."""
+    c = config
+    return parameter_bytes(param_shapes(c)), 4 * batch * max(c.num_categorical * c.embedding_dim + c.num_numeric,
+                                                             *c.hidden_sizes)
+
+
+def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> WideDeep:
     """Seeded weights at the default size, or a directory written by :func:`save_checkpoint` (or any tool writing
-    the same ``config.json`` fields and tensor names)."""
+    the same ``config.json`` fields and tensor names; every tensor used unless ``allow_unused``, see
+    :func:`models.base.take_params`)."""
     if checkpoint is None:
         config = apply_overrides(WideDeepConfig(), overrides)
+        check_parameter_memory(param_shapes(config), "widedeep (seeded weights)")
         return WideDeep(config, seeded_params(config, seed))
     raw, tensors = read_checkpoint(checkpoint)
     source = f"widedeep checkpoint {str(checkpoint)!r}"
@@ -305,4 +326,4 @@ def load(checkpoint=None, seed: int = 0, **overrides) -> WideDeep:
                               f"{', '.join(known)}")
     fields = {k: raw[k] for k in known if k in raw}
     config = apply_overrides(checkpoint_config(WideDeepConfig(), fields, source), overrides)
-    return WideDeep(config, take_params(tensors, param_shapes(config), source))
+    return WideDeep(config, take_params(tensors, param_shapes(config), source, allow_unused=allow_unused))

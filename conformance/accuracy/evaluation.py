@@ -18,6 +18,7 @@ from conformance.accuracy import confidence, metrics
 from conformance.accuracy.diagnosis import PROBE_INPUT_ELEMENTS, LocalErrorOps, summarise_bias
 from conformance.targets import compare
 from conformance.targets.accuracy import PROBE_METRICS, TENSOR_METRICS
+from conformance.targets.label_floors import FLOORS_FILE, load_label_floors
 from models import run_batched
 from models.ops import Ops
 
@@ -36,7 +37,9 @@ class Evaluation:
     reason: str = ""
     # For a task-metric ratio gate: whether the 95% interval of the ratio clears the gate's ratio (the verdict is then
     # established by the evaluation set), or only the point estimate does; None for gates without an interval.
+    # Also False for a label gate whose FP32 score is at or below its floor (label_floors.toml): it bounds nothing.
     established: bool | None = None
+    note: str = ""  # why a passing gate is not established, when it is not the interval
 
     @property
     def verdict(self) -> str:
@@ -55,7 +58,8 @@ class Evaluation:
         ci = self.details.get("ci95")
         interval = f" [95% CI {ci[0]:.4g}, {ci[1]:.4g}]" if ci and None not in ci else ""
         verdict = {"PASS": "ok", "FAIL": "FAILED"}.get(self.verdict, self.verdict.lower())
-        return f"{g.check}: {value}{interval} {g.op} {rhs} -> {verdict}" + ("" if g.gating else " (reported only)")
+        return (f"{g.check}: {value}{interval} {g.op} {rhs} -> {verdict}" + ("" if g.gating else " (reported only)")
+                + (f" ({self.note})" if self.note else ""))
 
 
 @dataclass
@@ -179,9 +183,29 @@ def _interval(gate, current: MetricSet, base: MetricSet | None) -> tuple[dict, b
     return details, bool(compare(ratio.low if gate.op == ">=" else ratio.high, gate.op, gate.ratio))
 
 
-def evaluate(gates, current: MetricSet, reference_sets: dict[str, MetricSet]) -> list[Evaluation]:
+def floor_note(metric: str, reference_sets: dict[str, MetricSet], floors: dict[str, float]) -> tuple[str, dict]:
+    """For a label metric: why its gates bound nothing when the FP32 model's score on the labels is at or below the
+    metric's floor (or was not computed), and what to record; ("", {}) otherwise."""
+    if metric not in floors:
+        return "", {}
+    base = reference_sets.get("fp32")
+    fp32 = base.value(metric)[0] if base is not None and not base.nonfinite else None
+    floor = floors[metric]
+    if fp32 is not None and not math.isnan(fp32) and fp32 > floor:
+        return "", {}
+    shown = "not computed" if fp32 is None or math.isnan(fp32) else f"{fp32:.4g}"
+    note = (f"not established: the FP32 model's {metric} on these labels is {shown}, at or below the floor {floor:g} "
+            f"of {FLOORS_FILE.name}, so a ratio of it bounds nothing (do the labels, tokenizer and checkpoint belong "
+            "together?)")
+    return note, {"label_floor": {"fp32": fp32, "floor": floor, "file": FLOORS_FILE.name}}
+
+
+def evaluate(gates, current: MetricSet, reference_sets: dict[str, MetricSet],
+             floors: dict[str, float] | None = None) -> list[Evaluation]:
     """Each gate against ``current``; ratio gates take the metric of precision ``gate.of`` from ``reference_sets``
-    (``"fp32"`` included: the reference scored against itself)."""
+    (``"fp32"`` included: the reference scored against itself). A label metric's gates are not established while the
+    FP32 score is at or below its floor (``floors``, by default :func:`load_label_floors`)."""
+    floors = load_label_floors() if floors is None else floors
     out = []
     for gate in gates:
         if current.nonfinite:
@@ -207,7 +231,11 @@ def evaluate(gates, current: MetricSet, reference_sets: dict[str, MetricSet]) ->
             continue
         passed = target is not None and compare(float(value), gate.op, target)
         interval, established = _interval(gate, current, reference_sets.get(gate.of) if gate.of else None)
-        out.append(Evaluation(gate, float(value), target, passed, {**details, **interval}, established=established))
+        note, floor = floor_note(gate.metric, reference_sets, floors)
+        if note:
+            established = False
+        out.append(Evaluation(gate, float(value), target, passed, {**details, **interval, **floor},
+                              established=established, note=note))
     return out
 
 

@@ -4,6 +4,13 @@ compressed ``.npz`` (no pickle) with a manifest of what produced them and their 
 The evaluation set of a model is ``model.sample_inputs(n, seed=EVAL_SEED)`` with ``n`` its ``[reference]`` sample count
 in ``profiles.toml``; profiles that run fewer samples use its first ones. Calibration data for FP8 scales uses CALIBRATION_SEED, so the
 two sets are disjoint.
+
+A reference file carries what it was computed on, beside its outputs: the model's name, the format, the number of
+samples and the SHA-256 of each sample's inputs (``__reference__`` and ``__sample_sha256__``). It is read bounded (a
+regular file, header first) and used only when all of it matches the manifest, the model asked for, its evaluation
+samples and their count: another model's outputs, a file with fewer rows, outputs of other samples are refused naming
+the file, never replaced by outputs computed on the spot. Samples beyond the stored ones (``--samples`` above the
+reference count) are computed in FP32 and said so (:func:`outputs_for`).
 """
 
 from __future__ import annotations
@@ -13,32 +20,74 @@ import io
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field, StringConstraints
 
-from conformance.fileio import write_bytes_atomic, write_text_atomic
+from conformance.datafiles import DataFileError, Schema, validate
+from conformance.fileio import (
+    JSON_CONFIG_LIMIT,
+    MIB,
+    InputFileError,
+    array_json,
+    json_array,
+    load_json,
+    read_bytes,
+    read_npz,
+    sha256_arrays,
+    write_bytes_atomic,
+    write_text_atomic,
+)
 from conformance.targets.profiles import reference_samples
-from models import load_model, run_batched
+from models import MODEL_NAMES, load_model, run_batched
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
 MANIFEST = "manifest.json"
 # Bump when a sample generator or a model's seeded weights change: the stored outputs are then stale.
 GENERATOR_VERSION = 2
+FORMAT = 2  # the layout of a reference file: outputs, META and SAMPLE_HASHES
+META = "__reference__"  # JSON (as uint8): format, model, samples
+SAMPLE_HASHES = "__sample_sha256__"  # (samples, 32) uint8: the SHA-256 of each sample's inputs
+MAX_FILE_BYTES = 256 * MIB  # the stored files are a few hundred KB
+
+__all__ = ["FORMAT", "GENERATOR_VERSION", "MANIFEST", "REFERENCE_DIR", "ReferenceError", "evaluation_count",
+           "evaluation_inputs", "generate", "load", "outputs_for", "read_manifest", "sample_hashes", "sha256_arrays",
+           "verify"]
 
 
-class ReferenceError(ValueError):
-    """A reference file that is missing, corrupted, or does not match its manifest."""
+class ReferenceError(DataFileError):
+    """A reference file that is missing, corrupted, or does not match its manifest, its model or its samples; the
+    message names the file. A data file of the suite: before any test runs, a usage error."""
 
 
-def sha256_arrays(arrays: dict[str, np.ndarray]) -> str:
-    """Hash of the named arrays: names, dtypes, shapes and bytes, in name order."""
-    h = hashlib.sha256()
-    for key in sorted(arrays):
-        arr = np.ascontiguousarray(arrays[key])
-        h.update(f"{key}|{arr.dtype.str}|{arr.shape}|".encode())
-        h.update(arr.tobytes())
-    return h.hexdigest()
+# -- the manifest -----------------------------------------------------------------------------------------------------
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class OutputSpec(Schema):
+    shape: list[Annotated[int, Field(ge=0)]]
+    dtype: Literal["float32"]
+
+
+class ManifestEntry(Schema):
+    config: dict[str, Any]
+    file: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+\.npz$")]
+    file_sha256: Sha256
+    format: int
+    generator_version: int
+    inputs_sha256: Sha256
+    outputs: dict[str, OutputSpec] = Field(min_length=1)
+    outputs_sha256: Sha256
+    sample_seed: int
+    samples: Annotated[int, Field(gt=0)]
+    weight_seed: int
+
+
+class Manifest(Schema):
+    generator_version: int
+    models: dict[Literal[MODEL_NAMES], ManifestEntry]
 
 
 def evaluation_count(model_name: str) -> int:
@@ -54,23 +103,42 @@ def evaluation_inputs(model, count: int | None = None) -> dict[str, np.ndarray]:
     return inputs
 
 
-def _file_sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def sample_hashes(inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """(samples, 32) uint8: the SHA-256 of each sample's inputs (names, dtypes, per-sample shapes and bytes)."""
+    count = len(next(iter(inputs.values())))
+    out = np.empty((count, 32), np.uint8)
+    arrays = {k: np.ascontiguousarray(inputs[k]) for k in sorted(inputs)}
+    for i in range(count):
+        h = hashlib.sha256()
+        for key, arr in arrays.items():
+            h.update(f"{key}|{arr.dtype.str}|{arr.shape[1:]}|".encode())
+            h.update(arr[i].tobytes())
+        out[i] = np.frombuffer(h.digest(), np.uint8)
+    return out
 
 
-def read_manifest(directory: Path = REFERENCE_DIR) -> dict:
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
+def _directory(directory) -> Path:
+    """``directory``, or :data:`REFERENCE_DIR` (looked up at call time) when None."""
+    return Path(directory) if directory is not None else REFERENCE_DIR
+
+
+def read_manifest(directory: Path | None = None) -> dict:
+    """The manifest of ``directory`` as a dict, validated (a ReferenceError naming the file and the key otherwise)."""
+    path = _directory(directory) / MANIFEST
+    if not path.exists():
         raise ReferenceError(f"reference manifest {str(path)!r} is missing; run `ipu-conformance reference generate`")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ReferenceError(f"reference manifest {str(path)!r} is not valid JSON: {exc}") from None
+        document = load_json(path, "the reference manifest", JSON_CONFIG_LIMIT, ReferenceError)
+        validate(document, Manifest, path)
+    except DataFileError as exc:
+        raise ReferenceError(f"reference manifest {exc}") from None
+    return document
 
 
-def generate(names, directory: Path = REFERENCE_DIR, batch_size: int = 8, log=print) -> dict:
+# -- generating -------------------------------------------------------------------------------------------------------
+def generate(names, directory: Path | None = None, batch_size: int = 8, log=print) -> dict:
     """Compute and store the FP32 outputs of ``names``; other models' manifest entries are kept."""
-    directory = Path(directory)
+    directory = _directory(directory)
     try:
         manifest = read_manifest(directory)
     except ReferenceError:
@@ -80,39 +148,57 @@ def generate(names, directory: Path = REFERENCE_DIR, batch_size: int = 8, log=pr
         model = load_model(name, seed=WEIGHT_SEED)
         inputs = evaluation_inputs(model)
         outputs = run_batched(model, inputs, batch_size)
+        samples = len(next(iter(inputs.values())))
+        meta = {"format": FORMAT, "model": name, "samples": samples}
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, **outputs)
+        np.savez_compressed(buffer, **outputs, **{META: json_array(meta), SAMPLE_HASHES: sample_hashes(inputs)})
         filename = f"{name}.npz"
         write_bytes_atomic(directory / filename, buffer.getvalue())
         manifest["models"][name] = {
             "file": filename,
-            "file_sha256": _file_sha(directory / filename),
+            "file_sha256": hashlib.sha256(buffer.getvalue()).hexdigest(),
+            "format": FORMAT,
             "config": asdict(model.config),
             "weight_seed": WEIGHT_SEED,
             "sample_seed": EVAL_SEED,
-            "samples": len(next(iter(inputs.values()))),
+            "samples": samples,
             "generator_version": GENERATOR_VERSION,
             "inputs_sha256": sha256_arrays(inputs),
             "outputs_sha256": sha256_arrays(outputs),
             "outputs": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()},
         }
-        log(f"reference {name}: {manifest['models'][name]['samples']} samples -> {directory / filename}")
+        log(f"reference {name}: {samples} samples -> {directory / filename}")
     write_text_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
-def load(name: str, directory: Path = REFERENCE_DIR, model=None) -> dict[str, np.ndarray]:
-    """The stored outputs of ``name``, checked against the manifest (file hash, generator version, and, when ``model``
-    is given, its config and the hash of the inputs it generates)."""
-    directory = Path(directory)
+# -- loading ----------------------------------------------------------------------------------------------------------
+def load(name: str, directory: Path | None = None, model=None) -> dict[str, np.ndarray]:
+    """The stored outputs of ``name``, checked against the manifest, the file's own record of what it holds (model,
+    format, samples, output names, shapes and dtypes, finite values, their hash) and the reference sample count of
+    ``profiles.toml``; with ``model``, also its config and the hashes of the evaluation samples it generates. Every
+    mismatch is a ReferenceError naming the file."""
+    return _load(name, _directory(directory), model)[0]
+
+
+def _load(name: str, directory: Path, model=None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(outputs, per-sample input hashes) of :func:`load`."""
     manifest = read_manifest(directory)
-    entry = manifest.get("models", {}).get(name)
+    entry = manifest["models"].get(name)
     if entry is None:
         raise ReferenceError(f"no reference for model {name!r} in {directory / MANIFEST}; run `ipu-conformance reference generate --model {name}`")
+    regenerate = f"run `ipu-conformance reference generate --model {name}`"
     path = directory / entry["file"]
-    if not path.is_file():
+    if entry["file"] != f"{name}.npz":
+        raise ReferenceError(f"{directory / MANIFEST}: models.{name}.file = {entry['file']!r}; the reference of "
+                             f"{name!r} is {name}.npz")
+    if not path.exists():
         raise ReferenceError(f"reference file {str(path)!r} is missing")
-    actual = _file_sha(path)
+    try:
+        data = read_bytes(path, "a reference file", MAX_FILE_BYTES, ReferenceError)
+    except ReferenceError as exc:
+        raise ReferenceError(f"reference file {exc}") from None
+    actual = hashlib.sha256(data).hexdigest()
     if actual != entry["file_sha256"]:
         raise ReferenceError(f"reference file {str(path)!r} has SHA-256 {actual[:16]}..., manifest expects {entry['file_sha256'][:16]}...")
     if entry["generator_version"] != GENERATOR_VERSION:
@@ -120,21 +206,112 @@ def load(name: str, directory: Path = REFERENCE_DIR, model=None) -> dict[str, np
             f"reference {name!r} was made by generator version {entry['generator_version']}, this code is version "
             f"{GENERATOR_VERSION}; run `ipu-conformance reference generate --model {name}`"
         )
+    if entry["format"] != FORMAT:
+        raise ReferenceError(f"reference file {str(path)!r} has format {entry['format']}, this code reads {FORMAT}; "
+                             f"{regenerate}")
     if model is not None:
         config = asdict(model.config)
         if json.loads(json.dumps(config)) != entry["config"]:
             raise ReferenceError(f"reference {name!r} was made with config {entry['config']}, the model has {config}")
-        inputs_sha = sha256_arrays(evaluation_inputs(model))
+    outputs, hashes = _read_file(path, name, entry)
+    if model is not None:
+        names = set(getattr(model, "output_names", ()) or outputs)
+        if set(outputs) != names:
+            raise ReferenceError(f"reference file {str(path)!r} holds outputs {sorted(outputs)}; model {name!r} "
+                                 f"gives {sorted(names)}")
+        inputs = evaluation_inputs(model)
+        inputs_sha = sha256_arrays(inputs)
         if inputs_sha != entry["inputs_sha256"]:
             raise ReferenceError(f"reference {name!r}: the evaluation inputs hash to {inputs_sha[:16]}..., manifest expects {entry['inputs_sha256'][:16]}...")
-    with np.load(path, allow_pickle=False) as data:
-        outputs = {k: data[k] for k in data.files}
-    if sha256_arrays(outputs) != entry["outputs_sha256"]:
+        fresh = sample_hashes(inputs)
+        differs = np.flatnonzero((fresh != hashes).any(axis=1)) if len(fresh) == len(hashes) else [0]
+        if len(differs):
+            raise ReferenceError(f"reference file {str(path)!r} was computed on other samples than the evaluation "
+                                 f"samples of {name!r} (the first that differs: sample {int(differs[0])}); {regenerate}")
+    return outputs, hashes
+
+
+def _read_file(path: Path, name: str, entry: dict) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The outputs and sample hashes of a reference file, each checked against its record and the manifest."""
+    regenerate = f"run `ipu-conformance reference generate --model {name}`"
+    wanted = entry["samples"]
+    count = evaluation_count(name)
+    if wanted != count:
+        raise ReferenceError(f"reference file {str(path)!r}: the manifest says {wanted} samples; the reference set of "
+                             f"{name!r} is {count} (profiles.toml [reference]); {regenerate}")
+    # decompressed, the file holds what the manifest declares (float32 outputs, the hashes, a short record) or less
+    declared = sum(4 * int(np.prod(spec["shape"], dtype=np.int64)) for spec in entry["outputs"].values())
+    budget = declared + 32 * count + MIB
+    if budget > 16 * MAX_FILE_BYTES:
+        raise ReferenceError(f"{path.parent / MANIFEST}: models.{name}.outputs declare {declared:,} bytes of outputs, "
+                             "more than a reference file may hold")
+    try:
+        arrays = read_npz(path, "a reference file", None, max_bytes=budget, file_limit=MAX_FILE_BYTES,
+                          error=ReferenceError)
+    except InputFileError as exc:
+        raise ReferenceError(str(exc)) from None
+    for key in (META, SAMPLE_HASHES):
+        if key not in arrays:
+            raise ReferenceError(f"reference file {str(path)!r} lacks {key!r} (what it was computed on); {regenerate}")
+    meta = array_json(arrays.pop(META), f"reference file {str(path)!r}: {META}", ReferenceError)
+    hashes = arrays.pop(SAMPLE_HASHES)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ReferenceError(f"reference file {str(path)!r}: {META} is not a record of format {FORMAT}; {regenerate}")
+    if meta.get("model") != name:
+        raise ReferenceError(f"reference file {str(path)!r} holds the outputs of model {str(meta.get('model'))[:40]!r}, "
+                             f"not {name!r}; {regenerate}")
+    if meta.get("samples") != count or hashes.shape != (count, 32) or hashes.dtype != np.uint8:
+        raise ReferenceError(f"reference file {str(path)!r} records {str(meta.get('samples'))[:20]} samples and "
+                             f"{hashes.shape[0] if hashes.ndim else 0} sample hashes; the reference set of {name!r} is "
+                             f"{count} samples (profiles.toml [reference]); {regenerate}")
+    specs = entry["outputs"]
+    if set(arrays) != set(specs):
+        raise ReferenceError(f"reference file {str(path)!r} holds outputs {sorted(arrays)}, the manifest lists "
+                             f"{sorted(specs)}")
+    for key, value in arrays.items():
+        spec = specs[key]
+        if list(value.shape) != spec["shape"] or str(value.dtype) != spec["dtype"]:
+            raise ReferenceError(f"reference file {str(path)!r}: output {key!r} is {value.dtype} {value.shape}, the "
+                                 f"manifest says {spec['dtype']} {tuple(spec['shape'])}")
+        if value.ndim == 0 or len(value) != count:
+            raise ReferenceError(f"reference file {str(path)!r}: output {key!r} has {len(value) if value.ndim else 0} "
+                                 f"rows, not one per sample ({count}); {regenerate}")
+        if not np.isfinite(value).all():
+            raise ReferenceError(f"reference file {str(path)!r}: output {key!r} has non-finite values")
+    if sha256_arrays(arrays) != entry["outputs_sha256"]:
         raise ReferenceError(f"reference file {str(path)!r}: its arrays do not match the manifest's outputs_sha256")
-    return outputs
+    return arrays, hashes
 
 
-def verify(names, directory: Path = REFERENCE_DIR, recompute: bool = False, log=print) -> list[str]:
+def check_files(names, directory: Path | None = None) -> None:
+    """The stored references of ``names`` are readable and what the manifest says (without building the models:
+    a configuration-time check; the samples are checked when a test loads them with its model)."""
+    for name in names:
+        _load(name, _directory(directory))
+
+
+def outputs_for(model, count: int, batch_size: int, directory: Path | None = None
+                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
+    """(inputs, FP32 outputs, where they came from) of the first ``count`` evaluation samples of ``model``: the stored
+    outputs (checked as :func:`load` checks them), and beyond the stored samples (``count`` above the reference count)
+    FP32 computed here on the samples whose hashes differ from the stored ones. ``source`` says how many rows of each."""
+    directory = _directory(directory)
+    stored = load(model.name, directory, model=model)
+    have = len(next(iter(stored.values())))
+    source = {"file": f"{directory.name}/{model.name}.npz", "stored_rows": min(count, have), "computed_rows": 0}
+    if count <= have:
+        return evaluation_inputs(model, count), {k: v[:count] for k, v in stored.items()}, source
+    hashes = _load(model.name, directory)[1]
+    inputs = model.sample_inputs(count, seed=EVAL_SEED)
+    same = (sample_hashes({k: v[:have] for k, v in inputs.items()}) == hashes).all(axis=1)
+    kept = int(np.argmin(same)) if not same.all() else have  # the stored rows that are the same samples
+    rest = run_batched(model, {k: v[kept:] for k, v in inputs.items()}, batch_size)
+    outputs = {k: np.concatenate([stored[k][:kept], rest[k]]) for k in stored}
+    source.update(stored_rows=kept, computed_rows=count - kept)
+    return inputs, outputs, source
+
+
+def verify(names, directory: Path | None = None, recompute: bool = False, log=print) -> list[str]:
     """Problems found with the stored references of ``names`` (empty when all are good). With ``recompute``, the
     outputs are computed again in FP32 and compared (rtol 1e-4 of each output's scale)."""
     problems = []

@@ -13,7 +13,13 @@ import sys
 from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE, DEVICE_NAMES
 from conformance.hardware.ipu.timing.cost import default_execution
 from conformance.hardware.ipu.timing.predict import memory_estimate, predict
-from models import canonical_name
+from models import canonical_name, host_bytes
+from conformance.fileio import GIB
+from models.base import check_memory
+
+MAX_BATCH = 1 << 24  # samples (or packs) per batch: far beyond any device batch, and an exact float
+MAX_COUNT = 1 << 20  # clients, I/O tiles, batches per step
+TRACE_BATCH = 4  # the largest batch the estimate traces on the host before it knows whether a batch fits
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -23,26 +29,39 @@ def _key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _bounded_int(low: int, high: int):
+    """argparse type: an integer in [low, high] (written in at most 20 characters)."""
+    def parse(text: str) -> int:
+        try:
+            if len(text.strip()) > 20:
+                raise ValueError
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text[:30]!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high}, got {value}")
+        return value
+    return parse
+
+
+_positive_int = _bounded_int(1, MAX_COUNT)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="model name (albert, bert-base, conformer, resnet50, roformer, widedeep, or an alias)")
-    parser.add_argument("--batch-size", type=_positive_int, required=True, help="samples per device batch (packs, for packed models)")
+    parser.add_argument("--batch-size", type=_bounded_int(1, MAX_BATCH), required=True,
+                        help="samples per device batch (packs, for packed models)")
     parser.add_argument("--precision", required=True, help="fp16, fp16-half-partials, fp8, fp8-weights or fp32")
     parser.add_argument("--device", default=DEFAULT_DEVICE, type=str.lower,
                         help=f"IPU: {', '.join(DEVICE_NAMES)} (default: %(default)s)")
     parser.add_argument("--set", dest="overrides", nargs="+", type=_key_value, action="extend", default=[], metavar="KEY=VALUE",
                         help="override fields of the model's config (see the README for each model's fields)")
-    parser.add_argument("--io-tiles", type=int, default=None, help="tiles reserved for overlapped host I/O (default: the seed benchmark's)")
-    parser.add_argument("--batches-per-step", type=int, default=None, help="device iterations per host step (default: the seed benchmark's)")
+    parser.add_argument("--io-tiles", type=_bounded_int(0, MAX_COUNT), default=None,
+                        help="tiles reserved for overlapped host I/O (default: the seed benchmark's)")
+    parser.add_argument("--batches-per-step", type=_positive_int, default=None,
+                        help="device iterations per host step (default: the seed benchmark's)")
     packing = parser.add_mutually_exclusive_group()
     packing.add_argument("--packing", dest="packed", action="store_true", default=None, help="pack sequences (BERT-like models)")
     packing.add_argument("--no-packing", dest="packed", action="store_false", help="one padded sequence per row")
@@ -53,11 +72,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def check_config(name: str, overrides: dict) -> None:
+    """The config ``overrides`` are fields of the model's config, each of its type and within its range, and the
+    model they describe can be built and traced on this host: its parameters and the largest activation of a trace
+    batch fit in the memory available. A ValueError naming the field, or the sizes, before anything is allocated."""
+    shown = {key: value if len(value) <= 40 else value[:37] + "..." for key, value in overrides.items()}
+    try:
+        parameters, largest = host_bytes(name, TRACE_BATCH, **overrides)
+    except TypeError as exc:  # an unknown field, listing the valid ones
+        raise ValueError(f"{name}: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{name}: config overrides {shown} rejected: {exc}") from None
+    check_memory(parameters + largest, f"its parameters ({parameters / GIB:.3g} GiB) and the largest activation of a "
+                 f"batch of {TRACE_BATCH} traced on this host ({largest / GIB:.3g} GiB)",
+                 f"{name} with --set {' '.join(f'{k}={v}' for k, v in shown.items())}")
+
+
 def run(args) -> int:
     name = canonical_name(args.model)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    given = [key for key, _ in args.overrides]
+    twice = sorted({key for key in given if given.count(key) > 1})
+    if twice:
+        raise ValueError(f"--set gives {', '.join(twice)} more than once; give each field once")
     overrides = dict(args.overrides)
+    check_config(name, overrides)
+    try:
+        return _run(args, name, overrides)
+    except MemoryError:
+        raise ValueError(f"{name}: the host ran out of memory tracing the model at these sizes (config {overrides}, "
+                         f"batch {args.batch_size}); use smaller sizes") from None
+
+
+def _run(args, name: str, overrides: dict) -> int:
     # The SRAM fit first, from small traces: an oversized batch is never allocated.
     fit = memory_estimate(name, args.batch_size, args.precision, args.device, overrides)
     if not fit.fits and not args.allow_overflow:

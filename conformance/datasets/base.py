@@ -11,7 +11,9 @@ A format module exposes ``load(path, model, checkpoint=None, limit=None) -> Eval
   order; None for all of them.
 
 Anything malformed is a :class:`DatasetError` naming the file (and line or entry) and what was expected, raised before
-any model runs.
+any model runs. Every reader is bounded (``conformance.fileio``): a special file (FIFO, device) is refused before it is
+opened, each kind of file has a size limit, nothing is read or decompressed beyond the ``limit`` units asked for, and
+the model inputs of a set are checked against :func:`input_budget` before they are allocated.
 """
 
 from __future__ import annotations
@@ -25,10 +27,37 @@ from typing import Any
 import numpy as np
 
 from conformance.accuracy.metrics import TaskMetric
+from conformance.fileio import GIB, MIB, open_regular
+from models.base import MEMORY_SHARE, available_memory
+
+# Bounds of what the data readers take, so that no file, however crafted, makes them block or exhaust memory: a whole
+# JSON document is read at most this large (SQuAD v1.1's dev set is 4.9 MB, its training set 30 MB) ...
+MAX_JSON_BYTES = 256 * MIB
+# ... a list of names and labels (ImageNet's val_map.txt is 1.6 MB for 50,000 images) ...
+MAX_LIST_BYTES = 64 * MIB
+# ... and the model inputs an evaluation set holds in memory at most this large (also at most MEMORY_SHARE of the
+# memory available); a larger set is refused before it is allocated, with the --samples that judges a part of it.
+MAX_INPUT_BYTES = 16 * GIB
 
 
 class DatasetError(ValueError):
     """Evaluation data that cannot be used: names the file (and line or entry) and what was expected."""
+
+
+def input_budget() -> int:
+    """Bytes the model inputs of one evaluation set may take: :data:`MAX_INPUT_BYTES`, or less when less memory is
+    available."""
+    return int(min(MAX_INPUT_BYTES, MEMORY_SHARE * available_memory()))
+
+
+def check_input_size(where, rows: int, row_bytes: int, unit: str, model_name: str) -> None:
+    """A DatasetError naming ``where`` when ``rows`` rows of ``row_bytes`` each exceed :func:`input_budget`, raised
+    before they are allocated."""
+    need, budget = rows * row_bytes, input_budget()
+    if need > budget:
+        raise DatasetError(f"{where}: {rows:,} {unit} need {need / GIB:.3g} GiB of model inputs ({row_bytes:,} bytes "
+                           f"each), more than the {budget / GIB:.3g} GiB an evaluation set may take here; judge a part "
+                           f"of it with --samples {model_name}=N")
 
 
 @dataclass(frozen=True)
@@ -77,7 +106,7 @@ def sha256_files(paths) -> str:
     for path in paths:
         path = Path(path)
         h.update(f"{path.name}|".encode())
-        with path.open("rb") as f:
+        with open_regular(path, "a data file", error=DatasetError) as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()

@@ -6,6 +6,11 @@ file hashes, preprocessing settings, sample count), and the code that turns them
 read; entries are written atomically (a cancelled run leaves none half-written) and only after the outputs exist, so
 nothing is cached from a failed preprocessing.
 
+An entry holds, beside the outputs, what it was computed from (the model and the whole key) and the SHA-256 of the
+outputs it holds; it is read bounded (a regular file, header first, no pickle) and used only when all of that matches.
+A damaged entry (unreadable, truncated, another key's or model's, outputs that do not hash to what it says, not the
+output names or row count asked for) is computed again and replaced, and the replacement says why.
+
 The directory follows the platform's convention (``platformdirs.user_cache_dir``: ``~/.cache/ipu-conformance`` on
 Linux) unless ``--cache-dir`` or ``IPU_CONFORMANCE_CACHE`` names another.
 """
@@ -16,22 +21,30 @@ import hashlib
 import io
 import json
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import platformdirs
 
-from conformance.fileio import write_bytes_atomic
+from conformance.fileio import array_json, json_array, read_npz, sha256_arrays, write_bytes_atomic
+from models.base import MEMORY_SHARE, available_memory
 
 CACHE_VARIABLE = "IPU_CONFORMANCE_CACHE"
 _ROOT = Path(__file__).resolve().parents[2]
 # Sources whose change changes the FP32 outputs of a given checkpoint and data set.
 _CODE_DIRECTORIES = (_ROOT / "models", _ROOT / "conformance" / "datasets")
+ENTRY = "__entry__"  # the array of an entry's .npz that holds what it was computed from, as JSON
+ENTRY_FORMAT = 2
 
 
 class CacheError(ValueError):
     """A cache directory that cannot be created or written."""
+
+
+class DamagedEntry(ValueError):
+    """A cache entry that cannot be used (it is computed again)."""
 
 
 def default_directory() -> Path:
@@ -71,26 +84,68 @@ def entry_key(model: str, checkpoint: dict | None, data: dict, code: str | None 
 
 
 class OutputCache:
-    """FP32 outputs by key, as ``<directory>/fp32/<model>-<key>.npz`` (no pickle)."""
+    """FP32 outputs by key, as ``<directory>/fp32/<model>-<key>.npz`` (no pickle), each with what it was computed
+    from and the hash of what it holds. ``replaced`` records the damaged entries computed again (path -> why)."""
 
     def __init__(self, directory: Path):
         self.directory = Path(directory)
+        self.replaced: dict[str, str] = {}
 
     def path(self, model: str, key: str) -> Path:
         return self.directory / "fp32" / f"{model}-{key[:32]}.npz"
 
-    def get_or_compute(self, model: str, key: str, compute: Callable[[], dict[str, np.ndarray]]) -> tuple[dict, bool]:
-        """The cached outputs under ``key`` (True), or ``compute()``'s, stored (False). An unreadable entry is
-        computed again and replaced."""
+    def read(self, model: str, key: str, names=None, rows: int | None = None) -> dict[str, np.ndarray]:
+        """The outputs stored under ``key``; a DamagedEntry saying why they cannot be used (not there, unreadable,
+        computed from something else, not hashing to what the entry says, other output names or row count than
+        ``names`` and ``rows``)."""
         path = self.path(model, key)
-        if path.is_file():
-            try:
-                with np.load(path, allow_pickle=False) as data:
-                    return {k: data[k] for k in data.files}, True
-            except (OSError, ValueError):
-                pass
-        outputs = compute()
+        if not os.path.lexists(path):
+            raise DamagedEntry("no entry")
+        budget = int(MEMORY_SHARE * available_memory())
+        arrays = read_npz(path, "a cache entry of FP32 outputs", None, max_bytes=budget, error=DamagedEntry)
+        if ENTRY not in arrays:
+            raise DamagedEntry(f"{path}: no {ENTRY!r} record of what it was computed from")
+        entry = array_json(arrays.pop(ENTRY), f"{path}: {ENTRY}", DamagedEntry)
+        if not isinstance(entry, dict):
+            raise DamagedEntry(f"{path}: {ENTRY} is not a JSON object")
+        for field, wanted in (("format", ENTRY_FORMAT), ("model", model), ("key", key)):
+            if entry.get(field) != wanted:
+                raise DamagedEntry(f"{path}: computed for {field} {str(entry.get(field))[:70]!r}, not {str(wanted)!r}")
+        if sha256_arrays(arrays) != entry.get("outputs_sha256"):
+            raise DamagedEntry(f"{path}: its outputs do not hash to the SHA-256 it records")
+        if names is not None and set(arrays) != set(names):
+            raise DamagedEntry(f"{path}: outputs {sorted(arrays)}, expected {sorted(names)}")
+        if rows is not None and any(np.ndim(v) == 0 or len(v) != rows for v in arrays.values()):
+            raise DamagedEntry(f"{path}: not {rows} rows of outputs")
+        return arrays
+
+    def write(self, model: str, key: str, outputs: dict[str, np.ndarray]) -> Path:
+        """Store ``outputs`` under ``key`` with what they were computed from and their hash (atomically)."""
+        path = self.path(model, key)
+        entry = {"format": ENTRY_FORMAT, "model": model, "key": key, "outputs_sha256": sha256_arrays(outputs),
+                 "outputs": {k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
+                             for k, v in outputs.items()}}
         buffer = io.BytesIO()
-        np.savez(buffer, **outputs)
-        write_bytes_atomic(path, buffer.getvalue())
+        np.savez(buffer, **outputs, **{ENTRY: json_array(entry)})
+        try:
+            write_bytes_atomic(path, buffer.getvalue())
+        except OSError as exc:
+            raise CacheError(f"cache entry {str(path)!r} cannot be written ({exc.strerror or exc})") from None
+        return path
+
+    def get_or_compute(self, model: str, key: str, compute: Callable[[], dict[str, np.ndarray]], names=None,
+                       rows: int | None = None) -> tuple[dict, bool]:
+        """The cached outputs under ``key`` (True), or ``compute()``'s, stored (False). An entry that cannot be used
+        (see :meth:`read`) is computed again and replaced, with a warning saying why."""
+        try:
+            return self.read(model, key, names, rows), True
+        except DamagedEntry as exc:
+            reason = str(exc)
+        outputs = compute()
+        if reason != "no entry":
+            path = str(self.path(model, key))
+            self.replaced[path] = reason
+            warnings.warn(f"cache entry {path} could not be used ({reason}); computed again and replaced",
+                          stacklevel=2)
+        self.write(model, key, outputs)
         return outputs, False

@@ -19,12 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from conformance.accuracy.metrics import MetricError, mean_metric, similarity_score
-from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, sha256_files
+from conformance.datasets.base import DatasetError, EvaluationSet, check_input_size, expect_file, sha256_files
 from conformance.datasets.tokenizer import TextTokenizer, load_tokenizer
+from conformance.fileio import GIB, MIB, decode_text, iter_lines, open_regular, parse_json
 
 FORMAT = "cail2019-scm"
 TEXT_KEYS = ("A", "B", "C")
 LABELS = ("B", "C")
+MAX_LINE_BYTES = 16 * MIB  # one triplet of court documents (CAIL2019-SCM's are a few KB each)
+MAX_READ_BYTES = 1 * GIB  # lines read in all; a larger file is judged in part with --samples
 
 
 @dataclass(frozen=True)
@@ -36,17 +39,24 @@ class Triplet:
     line: int
 
 
-def read_triplets(path) -> list[Triplet]:
-    """Every triplet of a CAIL2019-SCM JSON-lines file, in file order; a DatasetError with file:line otherwise."""
+def read_triplets(path, limit: int | None = None) -> list[Triplet]:
+    """The first ``limit`` (all when None) triplets of a CAIL2019-SCM JSON-lines file, in file order; a DatasetError
+    with file:line otherwise. The file (a regular file) is read one line at a time, each at most
+    :data:`MAX_LINE_BYTES`, no further than the triplets asked for and at most :data:`MAX_READ_BYTES` in all."""
     path = Path(path)
     triplets = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text: {exc}") from None
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            triplets.append(_read_line(path, number, line))
+    read = 0
+    with open_regular(path, "a CAIL2019-SCM JSON-lines file", error=DatasetError) as handle:
+        for number, raw in iter_lines(handle, path, MAX_LINE_BYTES, DatasetError):
+            if limit is not None and len(triplets) >= limit:
+                break
+            read += len(raw) + 1
+            if read > MAX_READ_BYTES:
+                raise DatasetError(f"{path}: more than {MAX_READ_BYTES // GIB} GiB of triplets before line {number}; "
+                                   "judge a part of it with --samples roformer=N")
+            line = decode_text(raw, path, DatasetError, first_line=number)
+            if line.strip():
+                triplets.append(_read_line(path, number, line))
     if not triplets:
         raise DatasetError(f"{path}: no triplets (expected one JSON object per line with keys A, B, C and label)")
     return triplets
@@ -54,10 +64,7 @@ def read_triplets(path) -> list[Triplet]:
 
 def _read_line(path: Path, number: int, line: str) -> Triplet:
     where = f"{path}:{number}"
-    try:
-        entry = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{where}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    entry = parse_json(line, path, DatasetError, first_line=number)
     if not isinstance(entry, dict):
         raise DatasetError(f"{where}: expected a JSON object with keys A, B, C and label, got {type(entry).__name__}")
     for key in (*TEXT_KEYS, "label"):
@@ -91,6 +98,7 @@ def make_rows(triplets: list[Triplet], tokenizer: TextTokenizer, seq_len: int) -
     room = seq_len - 3
     if room < 2:
         raise DatasetError(f"a sequence of {seq_len} tokens leaves no room for two texts")
+    check_input_size(f"{len(triplets)} triplets", 2 * len(triplets), 3 * 8 * seq_len, "rows", "roformer")
     ids = np.full((2 * len(triplets), seq_len), tokenizer.pad_id, np.int64)
     types = np.zeros_like(ids)
     mask = np.zeros_like(ids)
@@ -116,7 +124,7 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
     path = expect_file(path, "a CAIL2019-SCM JSON-lines file")
     if limit is not None and limit < 1:
         raise DatasetError(f"{path}: limit {limit}: expected at least 1 triplet")
-    triplets = read_triplets(path)[:limit]
+    triplets = read_triplets(path, limit)
     tokenizer = load_tokenizer(checkpoint, f"CAIL2019-SCM {path.name!r}")
     seq_len = model.config.seq_len
     try:

@@ -11,17 +11,24 @@ preprocessing (``data_utils.py``) does:
   (computed in float64, stored as float32);
 - categorical: ``int(hex, 16) % bucket_sizes[i]`` (DLRM's ``max_ind_range`` hashing, with one range per feature);
   missing -> id 0 (DLRM reads an empty field as ``"0"``), which a value that hashes to 0 shares.
+
+Reading is bounded: the file (a regular file; a FIFO or device is refused before it is opened) is read one line at a
+time, a line at most :data:`MAX_LINE_BYTES` long, and only as far as the rows asked for (a ``.gz`` file is never
+decompressed beyond them); an integer count has at most 18 digits and a categorical value at most 16 hex digits; the
+rows read without ``--samples`` may take at most :func:`conformance.datasets.base.input_budget` bytes.
 """
 
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from conformance.accuracy.metrics import TaskMetric, click_probability, mean_metric, roc_auc
-from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, sha256_files
+from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, input_budget, sha256_files
+from conformance.fileio import GIB, KIB, iter_lines, open_regular
 
 NUM_INTEGER = 13
 NUM_CATEGORICAL = 26
@@ -30,14 +37,21 @@ MISSING_CATEGORY_ID = 0
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _DIGITS = b"0123456789"
 _CHUNK = 1 << 16  # rows parsed into one block of arrays
+MAX_LINE_BYTES = 64 * KIB  # a Criteo line is a few hundred bytes
+MAX_FILE_BYTES = 1024 * GIB  # Criteo 1TB's 24 days together, uncompressed, are about this size
+MAX_COUNT_DIGITS = 18  # an integer count fits an int64 and a float exactly
+MAX_HEX_DIGITS = 16  # a categorical value is a 64-bit hash at most (Criteo's are 8 hex digits)
+ROW_BYTES = 1 + 4 * NUM_INTEGER + 8 * NUM_CATEGORICAL  # label, numeric features, ids of one row in memory
 
 
 def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+    handle = open_regular(path, "a Criteo TSV file", MAX_FILE_BYTES, DatasetError)
+    return gzip.GzipFile(fileobj=handle, mode="rb") if path.suffix == ".gz" else handle
 
 
 def _show(field: bytes) -> str:
-    return repr(field.decode("ascii", errors="backslashreplace"))
+    text = field.decode("ascii", errors="backslashreplace")
+    return repr(text) if len(text) <= 40 else repr(text[:30]) + f"... ({len(field)} bytes)"
 
 
 def parse_rows(path: Path, bucket_sizes, limit: int | None = None):
@@ -45,9 +59,10 @@ def parse_rows(path: Path, bucket_sizes, limit: int | None = None):
     rows of a Criteo TSV; a malformed line is a DatasetError naming ``path:line`` and the field."""
     buckets = [int(b) for b in bucket_sizes]
     labels, numeric, ids = [], [], []
-    block_labels = np.empty(_CHUNK, np.int8)
-    block_counts = np.empty((_CHUNK, NUM_INTEGER), np.float64)
-    block_ids = np.empty((_CHUNK, NUM_CATEGORICAL), np.int64)
+    chunk = _CHUNK if limit is None else max(1, min(_CHUNK, limit))
+    block_labels = np.empty(chunk, np.int8)
+    block_counts = np.empty((chunk, NUM_INTEGER), np.float64)
+    block_ids = np.empty((chunk, NUM_CATEGORICAL), np.int64)
     filled = 0
 
     def flush():
@@ -56,12 +71,17 @@ def parse_rows(path: Path, bucket_sizes, limit: int | None = None):
         ids.append(block_ids[:filled].copy())
 
     rows = 0
+    max_rows = input_budget() // (2 * ROW_BYTES)  # the blocks, then their concatenation
+    handle = _open(path)
     try:
-        with _open(path) as f:
-            for number, line in enumerate(f, 1):
+        with handle:
+            for number, line in iter_lines(handle, path, MAX_LINE_BYTES, DatasetError):
                 if limit is not None and rows >= limit:
                     break
-                fields = line.rstrip(b"\r\n").split(b"\t")
+                if rows >= max_rows:
+                    raise DatasetError(f"{path}: more than {max_rows:,} rows, more than an evaluation set may take "
+                                       "here in memory; judge a part of it with --samples widedeep=N")
+                fields = line.split(b"\t")
                 if len(fields) != FIELDS:
                     hint = " (no label column, as Kaggle's test.txt: only labelled data can be scored)" \
                         if len(fields) == FIELDS - 1 else ""
@@ -77,25 +97,25 @@ def parse_rows(path: Path, bucket_sizes, limit: int | None = None):
                         block_counts[filled, i] = 0.0
                         continue
                     digits = value[1:] if value[:1] == b"-" else value
-                    if not digits or digits.translate(None, _DIGITS):
-                        raise DatasetError(f"{path}:{number}: I{i + 1} {_show(value)} is not an integer "
-                                           "(expected digits, optionally negative, or empty)")
+                    if not digits or digits.translate(None, _DIGITS) or len(digits) > MAX_COUNT_DIGITS:
+                        raise DatasetError(f"{path}:{number}: I{i + 1} {_show(value)} is not an integer count "
+                                           f"(expected up to {MAX_COUNT_DIGITS} digits, optionally negative, or empty)")
                     block_counts[filled, i] = max(int(value), 0)
                 for i in range(NUM_CATEGORICAL):
                     value = fields[1 + NUM_INTEGER + i]
                     if not value:
                         block_ids[filled, i] = MISSING_CATEGORY_ID
                         continue
-                    if value.translate(None, _HEX_DIGITS):
+                    if value.translate(None, _HEX_DIGITS) or len(value) > MAX_HEX_DIGITS:
                         raise DatasetError(f"{path}:{number}: C{i + 1} {_show(value)} is not hex "
-                                           "(expected hex digits, e.g. '68fd1e64', or empty)")
+                                           f"(expected up to {MAX_HEX_DIGITS} hex digits, e.g. '68fd1e64', or empty)")
                     block_ids[filled, i] = int(value, 16) % buckets[i]
                 filled += 1
                 rows += 1
-                if filled == _CHUNK:
+                if filled == chunk:
                     flush()
                     filled = 0
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise DatasetError(f"{path}: cannot be read ({exc})") from None
     if rows == 0:
         raise DatasetError(f"{path}: no rows; expected tab-separated lines of label, I1..I13, C1..C26")

@@ -9,7 +9,6 @@ does), else MLPerf's ResNet-50 reference: shorter side resized to 256 (bilinear)
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,14 @@ import numpy as np
 from PIL import Image
 
 from conformance.accuracy.metrics import MetricError, mean_metric
-from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+from conformance.datasets.base import (
+    MAX_LIST_BYTES,
+    DatasetError,
+    EvaluationSet,
+    check_input_size,
+    sha256_files,
+)
+from conformance.fileio import JSON_CONFIG_LIMIT, MIB, load_json, open_regular, read_text
 
 VAL_MAP = "val_map.txt"
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
@@ -41,7 +47,14 @@ _SETTING_KEYS = {"do_resize", "size", "crop_pct", "resample", "do_center_crop", 
 # Keys that name or describe the processor without changing its output (images are always converted to RGB).
 _DESCRIPTIVE_KEYS = {"image_processor_type", "feature_extractor_type", "processor_class", "do_convert_rgb"}
 _NAMED = 5  # an error about many files names this many, then counts the rest
-_LABEL = re.compile(r"[+-]?[0-9]+")
+_LABEL = re.compile(r"[+-]?[0-9]{1,18}")
+# Bounds of one image: its file, its pixels as its header declares them (checked before it is decoded), and its
+# pixels after the resize (checked before it is resized; a 1 x 4000 strip resized to a shortest edge of 256 would be
+# 256 x 1,024,000). ImageNet's largest validation images are a few tens of megapixels at most.
+MAX_IMAGE_FILE_BYTES = 256 * MIB
+MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+# Pillow modes read with more than 8 bits per channel, and the largest value of each (scaled to 0..255 when decoded).
+_WIDE_MODES = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535}
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,7 @@ class ImagePreprocessing:
         return {
             "source": self.source,
             "image_processor_type": self.processor_type,
-            "decode": "Pillow, convert('RGB')",
+            "decode": "Pillow; 16-bit grayscale scaled to 8 bits; convert('RGB')",
             "resize": dict(self.resize) if self.resize else None,
             "resample": RESAMPLE_NAMES[self.resample],
             "center_crop": list(self.crop) if self.crop else None,
@@ -73,18 +86,21 @@ class ImagePreprocessing:
             "layout": "NCHW float32",
         }
 
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of an image of ``width`` x ``height`` after the resize (the same without one)."""
+        if self.resize is None:
+            return width, height
+        if "shortest_edge" in self.resize:
+            short, long = sorted((height, width))
+            new_short = self.resize["shortest_edge"]
+            new_long = int(new_short * long / short)
+            return (new_short, new_long) if width <= height else (new_long, new_short)
+        return self.resize["width"], self.resize["height"]
+
     def __call__(self, image: Image.Image) -> np.ndarray:
         """(3, H, W) float32 of an RGB Pillow image."""
         if self.resize is not None:
-            width, height = image.size
-            if "shortest_edge" in self.resize:
-                short, long = sorted((height, width))
-                new_short = self.resize["shortest_edge"]
-                new_long = int(new_short * long / short)
-                size = (new_short, new_long) if width <= height else (new_long, new_short)  # (width, height)
-            else:
-                size = (self.resize["width"], self.resize["height"])
-            image = image.resize(size, resample=self.resample)
+            image = image.resize(self.resized_size(*image.size), resample=self.resample)
         pixels = np.asarray(image, dtype=np.uint8).transpose(2, 0, 1)  # (3, H, W)
         if self.crop is not None:
             pixels = center_crop(pixels, *self.crop)
@@ -156,10 +172,7 @@ def processor_preprocessing(path: Path) -> ImagePreprocessing:
     """The preprocessing a ``preprocessor_config.json`` describes, for the ConvNeXt and ViT image processors (their
     Pillow backend); any other processor type or a setting these do not have is a DatasetError."""
     where = str(path)
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"{where}: not a readable JSON file ({exc})") from None
+    config = load_json(path, "a preprocessor_config.json", JSON_CONFIG_LIMIT, DatasetError)
     if not isinstance(config, dict):
         raise DatasetError(f"{where}: expected a JSON object, got {type(config).__name__}")
     declared = config.get("image_processor_type") or config.get("feature_extractor_type")
@@ -234,28 +247,101 @@ def output_size(preprocessing: ImagePreprocessing) -> tuple[int, int] | None:
 
 
 def read_val_map(path: Path, limit: int | None) -> list[tuple[int, str, int]]:
-    """(line number, file name, label) of the first ``limit`` entries of a val_map.txt; blank lines are skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text ({exc})") from None
+    """(line number, file name, label) of the first ``limit`` entries of a val_map.txt (a regular file of at most
+    :data:`MAX_LIST_BYTES`, UTF-8); blank lines are skipped. Each file name is relative to the folder: an absolute name
+    or a ``..`` part is refused naming its line (symbolic links that lead out of the folder are refused by
+    :func:`check_inside` before a file is opened)."""
+    text = read_text(path, "a val_map.txt", MAX_LIST_BYTES, DatasetError)
     entries = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):
         if limit is not None and len(entries) >= limit:
             break
         if not line.strip():
             continue
         fields = line.split()
         if len(fields) != 2:
-            raise DatasetError(f"{path}:{number}: {len(fields)} field(s) in {line.strip()!r}; "
-                               "expected '<file> <label>'")
+            shown = line.strip() if len(line.strip()) <= 80 else line.strip()[:77] + "..."
+            raise DatasetError(f"{path}:{number}: {len(fields)} field(s) in {shown!r}; expected '<file> <label>'")
         name, label = fields
         if not _LABEL.fullmatch(label):
             raise DatasetError(f"{path}:{number}: label {label!r} of {name!r} is not an int class index")
+        _check_relative(path, number, name)
         entries.append((number, name, int(label)))
     if not entries:
         raise DatasetError(f"{path}: no entries; expected '<file> <label>' lines")
     return entries
+
+
+def _check_relative(val_map: Path, number: int, name: str) -> None:
+    """A DatasetError naming the line when the file ``name`` is absolute or has a ``..`` part."""
+    parts = name.replace("\\", "/").split("/")
+    reason = None
+    if Path(name).is_absolute() or name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        reason = "an absolute path"
+    elif ".." in parts:
+        reason = "a '..' part"
+    if reason:
+        raise DatasetError(f"{val_map}:{number}: {name!r} is {reason}; the files of a val_map.txt are named "
+                           f"relative to its folder {str(val_map.parent)!r} and read only from inside it")
+
+
+def check_inside(val_map: Path, number: int, name: str, folder: Path) -> None:
+    """A DatasetError naming the line when the file ``name`` of ``folder`` resolves outside it (its symbolic links
+    lead elsewhere)."""
+    try:
+        inside = (folder / name).resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a symbolic link loop
+        inside = False
+    if not inside:
+        raise DatasetError(f"{val_map}:{number}: {name!r} is a symbolic link (or in one) that leads out of the folder "
+                           f"{str(folder)!r}; the files of a val_map.txt are read only from inside its folder")
+
+
+def decode_image(path: Path, preprocessing: ImagePreprocessing | None = None) -> Image.Image:
+    """The RGB Pillow image of the file ``path``, bounded and with its bit depth honoured.
+
+    The file is a regular file of at most :data:`MAX_IMAGE_FILE_BYTES`; its width x height, read from its header, is
+    checked against :data:`MAX_IMAGE_PIXELS` before it is decoded, and so is its size after ``preprocessing``'s resize.
+    A 16-bit grayscale image is scaled to 8 bits (value x 255 / 65535, rounded), not clipped to white by Pillow's
+    ``convert``; an image of 32-bit integer or float pixels, whose scale is unknown, is refused. Other modes convert as
+    Pillow converts them (palette, bilevel, CMYK, alpha dropped). A DatasetError names the limit or mode; Pillow's own
+    errors (not an image, truncated) are left to the caller."""
+    handle = open_regular(path, "an image file", MAX_IMAGE_FILE_BYTES, DatasetError)
+    with handle:
+        try:
+            image = Image.open(handle)
+        except Image.DecompressionBombError as exc:  # Pillow's own bound, checked on the header as ours is
+            raise DatasetError(f"{path.name!r}: {exc}") from None
+        with image:
+            width, height = image.size
+            if width * height > MAX_IMAGE_PIXELS:
+                raise DatasetError(f"{path.name!r}: its header declares {width} x {height} pixels, more than the "
+                                   f"{MAX_IMAGE_PIXELS:,} an image may have here")
+            if preprocessing is not None:
+                new_width, new_height = preprocessing.resized_size(width, height)
+                if new_width * new_height > MAX_IMAGE_PIXELS:
+                    raise DatasetError(f"{path.name!r}: {width} x {height} pixels resize to {new_width} x "
+                                       f"{new_height}, more than the {MAX_IMAGE_PIXELS:,} an image may have here (an "
+                                       "extreme aspect ratio)")
+            return to_rgb(image, path.name)
+
+
+def to_rgb(image: Image.Image, name: str) -> Image.Image:
+    """``image`` as 8-bit RGB, with its bit depth honoured (see :func:`decode_image`)."""
+    mode = image.mode
+    top = _WIDE_MODES.get(mode)
+    if top is None and mode == "I" and image.format == "PNG":
+        top = 65535  # Pillow may read a 16-bit grayscale PNG as 32-bit "I": its values are 16-bit
+    if top is not None:
+        values = np.asarray(image).astype(np.int64)
+        if values.min(initial=0) < 0 or values.max(initial=0) > top:
+            raise DatasetError(f"{name!r}: {mode} pixels outside [0, {top}]")
+        gray = ((values * 255 + top // 2) // top).astype(np.uint8)
+        return Image.fromarray(gray, "L").convert("RGB")
+    if mode in ("I", "F") or mode.startswith("I;"):
+        raise DatasetError(f"{name!r}: {mode} pixels ({'float' if mode == 'F' else '32-bit integer'}) have no "
+                           "known scale to 8 bits; convert the image to 8- or 16-bit")
+    return image.convert("RGB")
 
 
 def _first_few(items: list[str]) -> str:
@@ -282,14 +368,14 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
     top-1/top-5 accuracy against their labels."""
     path = Path(path)
     folder, val_map = (path, path / VAL_MAP) if path.is_dir() else (path.parent, path)
-    if not val_map.is_file():
+    if not val_map.exists():
         raise DatasetError(f"{path}: no {VAL_MAP} (expected '<file> <label>' lines, files relative to the folder)")
     config = model.config
     if config.num_channels != 3:
         raise DatasetError(f"{val_map}: images are decoded as RGB; the model takes {config.num_channels} channels")
 
     preprocessor = Path(checkpoint) / PREPROCESSOR_CONFIG if checkpoint is not None else None
-    if preprocessor is not None and preprocessor.is_file():
+    if preprocessor is not None and preprocessor.exists():
         preprocessing, settings_from = processor_preprocessing(preprocessor), str(preprocessor)
     else:
         preprocessing, settings_from = mlperf_preprocessing(config.image_size), "MLPerf's preprocessing"
@@ -304,9 +390,12 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
         if not 0 <= label < config.num_labels:
             raise DatasetError(f"{val_map}:{number}: label {label} of {name!r} is outside the model's classes "
                                f"[0, {config.num_labels})")
+    check_input_size(val_map, len(entries), 3 * expected[0] * expected[1] * 4, "images", model.name)
     files = [folder / name for _, name, _ in entries]
+    for number, name, _ in entries:
+        check_inside(val_map, number, name, folder)
     missing = [f"{val_map.name}:{number} {name!r}"
-               for (number, name, _), file in zip(entries, files) if not file.is_file()]
+               for (number, name, _), file in zip(entries, files) if not file.exists()]
     if missing:
         raise DatasetError(f"{val_map}: {len(missing)} listed file(s) not found in {folder}: {_first_few(missing)}")
 
@@ -314,9 +403,10 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
     undecodable = []
     for row, ((number, name, _), file) in enumerate(zip(entries, files)):
         try:
-            with Image.open(file) as image:
-                rgb = image.convert("RGB")
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+            rgb = decode_image(file, preprocessing)
+        except DatasetError as exc:
+            raise DatasetError(f"{val_map}:{number}: {exc}") from None
+        except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
             undecodable.append(f"{name!r} ({val_map.name}:{number}: {exc})")
             continue
         x = preprocessing(rgb)

@@ -28,8 +28,16 @@ from pathlib import Path
 import numpy as np
 
 from conformance.accuracy.metrics import MAX_ANSWER_TOKENS, MetricError, mean_metric, squad_f1
-from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, sha256_files
+from conformance.datasets.base import (
+    MAX_JSON_BYTES,
+    DatasetError,
+    EvaluationSet,
+    check_input_size,
+    expect_file,
+    sha256_files,
+)
 from conformance.datasets.tokenizer import TextTokenizer, load_tokenizer
+from conformance.fileio import load_json
 
 FORMAT = "squad-v1.1"
 MAX_QUERY_LEN = 64  # question tokens kept (MLPerf's max_query_length)
@@ -68,14 +76,10 @@ class Windows:
 # -- reading the file -------------------------------------------------------------------------------------------------
 def read_questions(path) -> list[Question]:
     """Every question of a SQuAD v1.1 file, in file order; a DatasetError naming the file and the JSON path of the
-    first malformed entry (a JSON syntax error with its line)."""
+    first malformed entry (a JSON syntax error with its line). The file is a regular file of at most
+    :data:`MAX_JSON_BYTES`; every answer's span lies in its context (see :func:`_check_answer`)."""
     path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 text: {exc}") from None
+    document = load_json(path, "a SQuAD v1.1 JSON file", MAX_JSON_BYTES, DatasetError)
     data = _field(path, document, "data", list, "")
     questions: list[Question] = []
     seen: dict[str, str] = {}
@@ -121,9 +125,25 @@ def _read_question(path: Path, qa, context: str, where: str) -> Question:
                            "unanswerable questions are not supported)")
     texts = []
     for a, answer in enumerate(answers):
-        texts.append(_field(path, answer, "text", str, f"{where}.answers[{a}]"))
-        _field(path, answer, "answer_start", int, f"{where}.answers[{a}]")
+        text = _field(path, answer, "text", str, f"{where}.answers[{a}]")
+        start = _field(path, answer, "answer_start", int, f"{where}.answers[{a}]")
+        _check_answer(path, f"{where}.answers[{a}]", question_id, context, text, start)
+        texts.append(text)
     return Question(question_id, question, context, tuple(texts), where)
+
+
+def _check_answer(path: Path, where: str, question_id: str, context: str, text: str, start: int) -> None:
+    """A SQuAD v1.1 answer is a span of its context: a non-empty text whose span from ``answer_start`` lies inside
+    the context; an empty answer, or a start before the context or a span past its end, is a DatasetError naming the
+    file, the question id and the answer. (Scoring compares texts after SQuAD's normalisation, so a text that differs
+    from the context at its start, e.g. in case or punctuation, is kept as the annotators wrote it.)"""
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    about = f"{path}: {where}: question {question_id!r}, answer {shown!r} at answer_start {start}"
+    if not text.strip():
+        raise DatasetError(f"{about}: the answer text is empty (a SQuAD v1.1 answer is a span of the context)")
+    if not 0 <= start <= len(context) - len(text):
+        raise DatasetError(f"{about}: the span lies outside the context ({len(context)} characters); expected "
+                           f"0 <= answer_start <= {max(len(context) - len(text), 0)}")
 
 
 # -- windows ----------------------------------------------------------------------------------------------------------
@@ -141,7 +161,7 @@ def window_starts(doc_len: int, max_doc: int, doc_stride: int) -> list[int]:
 
 
 def make_windows(questions: list[Question], tokenizer: TextTokenizer, seq_len: int, *, doc_stride: int = DOC_STRIDE,
-                 max_query_len: int = MAX_QUERY_LEN) -> Windows:
+                 max_query_len: int = MAX_QUERY_LEN, model_name: str = "MODEL") -> Windows:
     """The rows ``[CLS] question [SEP] window [SEP]`` of every question (see the module docstring)."""
     contexts = list(dict.fromkeys(q.context for q in questions))  # each paragraph's context tokenized once
     context_tokens = {text: (np.array(e.ids, np.int64), np.array(e.offsets, np.int32).reshape(-1, 2))
@@ -159,6 +179,8 @@ def make_windows(questions: list[Question], tokenizer: TextTokenizer, seq_len: i
         layout += [(index, query, question.context, start, min(max_doc, doc_len - start))
                    for start in window_starts(doc_len, max_doc, doc_stride)]
     rows = len(layout)
+    # three int64 inputs and the int32 character offsets per position, checked before they are allocated
+    check_input_size(f"{len(questions)} questions", rows, seq_len * (3 * 8 + 2 * 4), "windows", model_name)
     input_ids = np.full((rows, seq_len), tokenizer.pad_id, np.int64)
     token_type_ids = np.zeros((rows, seq_len), np.int64)
     attention_mask = np.zeros((rows, seq_len), np.int64)
@@ -239,7 +261,8 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
     tokenizer = load_tokenizer(checkpoint, f"SQuAD v1.1 {path.name!r}")
     seq_len = model.config.seq_len
     try:
-        windows = make_windows(questions, tokenizer, seq_len, doc_stride=DOC_STRIDE, max_query_len=MAX_QUERY_LEN)
+        windows = make_windows(questions, tokenizer, seq_len, doc_stride=DOC_STRIDE, max_query_len=MAX_QUERY_LEN,
+                               model_name=model.name)
     except DatasetError as exc:
         raise DatasetError(f"{path}: {exc}") from None
     tokenizer.check_ids(windows.inputs["input_ids"], model.config.vocab_size, model.name)

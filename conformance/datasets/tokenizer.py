@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from conformance.datasets.base import DatasetError
+from conformance.fileio import JSON_CONFIG_LIMIT, MIB, load_json, read_bytes
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 CONFIG_FILE = "tokenizer_config.json"
+MAX_TOKENIZER_BYTES = 256 * MIB  # the largest published tokenizer.json files are a few tens of MB
 DEFAULT_SPECIAL_TOKENS = {"cls_token": ("[CLS]",), "sep_token": ("[SEP]",), "pad_token": ("[PAD]", "<pad>")}
 
 
@@ -63,41 +65,41 @@ def load_tokenizer(checkpoint, dataset: str) -> TextTokenizer:
     if checkpoint is None:
         raise DatasetError(f"{needs} (no checkpoint given)")
     directory = Path(checkpoint)
-    found = [directory / name for name in TOKENIZER_FILES if (directory / name).is_file()]
+    found = [directory / name for name in TOKENIZER_FILES if (directory / name).exists()]
     if not found:
         raise DatasetError(f"{needs} (checkpoint {str(directory)!r} holds neither)")
     path = found[0]
     config = _tokenizer_config(directory)
-    tokenizer = _read_tokenizer(path, config)
+    data = read_bytes(path, f"a tokenizer file ({path.name})", MAX_TOKENIZER_BYTES, DatasetError)  # regular, bounded
+    tokenizer = _read_tokenizer(path, data, config)
     padding = tokenizer.padding  # before no_padding: the pad token a tokenizer.json may declare
     tokenizer.no_truncation()
     tokenizer.no_padding()
     ids = {role: _special_id(tokenizer, path, config, role, padding) for role in DEFAULT_SPECIAL_TOKENS}
-    sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    sha256 = hashlib.sha256(data).hexdigest()
     return TextTokenizer(tokenizer, path, sha256, ids["cls_token"], ids["sep_token"], ids["pad_token"])
 
 
 def _tokenizer_config(directory: Path) -> dict[str, Any]:
     path = directory / CONFIG_FILE
-    if not path.is_file():
+    if not path.exists():
         return {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    config = load_json(path, f"a {CONFIG_FILE}", JSON_CONFIG_LIMIT, DatasetError)
     if not isinstance(config, dict):
         raise DatasetError(f"{str(path)!r} is not a JSON object (it holds a {type(config).__name__})")
     return config
 
 
-def _read_tokenizer(path: Path, config: dict[str, Any]):
+def _read_tokenizer(path: Path, data: bytes, config: dict[str, Any]):
+    """The tokenizer of the file ``path``, whose bytes ``data`` were read bounded (a tokenizer.json is built from them;
+    a vocab.txt is read by the tokenizers library from the regular file just checked)."""
     try:
         import tokenizers
     except ImportError:
         raise DatasetError(f"reading {str(path)!r} needs the tokenizers package (pip install tokenizers)") from None
     if path.name == "tokenizer.json":
         try:
-            return tokenizers.Tokenizer.from_file(str(path))
+            return tokenizers.Tokenizer.from_buffer(data)
         except Exception as exc:  # tokenizers raises a bare Exception for unreadable files
             raise DatasetError(f"{str(path)!r} is not a tokenizers tokenizer file: {exc}") from None
     lowercase = config.get("do_lower_case", True)

@@ -19,6 +19,7 @@ import numpy as np
 
 from conformance.datasets import DatasetError, EvaluationSet, load_dataset
 from conformance.datasets.cache import OutputCache, entry_key
+from conformance.fileio import JSON_CONFIG_LIMIT, InputFileError, load_json, open_regular
 from models import CheckpointError, Model, load_model, model_module, run_batched
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
@@ -41,7 +42,7 @@ class UserInputError(ValueError):
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open_regular(path, "a checkpoint file", error=CheckpointError) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -57,23 +58,26 @@ def _sequence_length(name: str, raw: dict) -> dict[str, int]:
     return {"seq_len": min(default, positions)} if positions < default else {}
 
 
-def load_checkpoint(name: str, directory: Path) -> tuple[Model, dict[str, Any]]:
-    """The model of checkpoint ``directory`` and its provenance (path, file hashes, config summary, tensor dtypes)."""
+def load_checkpoint(name: str, directory: Path, allow_unused_weights: bool = False) -> tuple[Model, dict[str, Any]]:
+    """The model of checkpoint ``directory`` and its provenance (path, file hashes, config summary, tensor dtypes, the
+    tensors it does not read). Every tensor must be used unless ``allow_unused_weights``."""
     directory = Path(directory)
     config_path = directory / "config.json"
     raw: dict = {}
-    if config_path.is_file():
+    if config_path.exists():
         try:
-            raw = json.loads(config_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            raw = load_json(config_path, "a checkpoint's config.json", JSON_CONFIG_LIMIT)
+        except InputFileError:
             raw = {}  # load_model names the error
     if not isinstance(raw, dict):
         raw = {}
     model_type = raw.get("model_type")
     if model_type is not None and model_type != MODEL_TYPES[name]:
-        raise CheckpointError(f"{name} checkpoint {str(directory)!r}: config.json has model_type {model_type!r}; "
+        shown = repr(model_type) if len(repr(model_type)) <= 60 else repr(model_type)[:57] + "..."
+        raise CheckpointError(f"{name} checkpoint {str(directory)!r}: config.json has model_type {shown}; "
                               f"a {name} checkpoint has {MODEL_TYPES[name]!r} (is it the checkpoint of another model?)")
-    model = load_model(name, checkpoint=directory, **_sequence_length(name, raw))
+    model = load_model(name, checkpoint=directory, allow_unused_weights=allow_unused_weights,
+                       **_sequence_length(name, raw))
     files = {f: _sha256(directory / f) for f in CHECKPOINT_FILES}
     provenance = {
         "path": str(directory.resolve()),
@@ -83,6 +87,8 @@ def load_checkpoint(name: str, directory: Path) -> tuple[Model, dict[str, Any]]:
         "config": config_summary(model),
         "parameters": model.num_parameters,
         "dtypes": dict(model.checkpoint_dtypes),
+        "unused_tensors": list(model.unused_tensors),  # accepted with --allow-unused-weights
+        "ignored_tensors": dict(model.ignored_tensors),  # buffers that leave the computation unchanged
     }
     return model, provenance
 
@@ -147,13 +153,15 @@ class UserCase:
             "format": "synthetic", "seed": EVAL_SEED, "count": len(next(iter(inputs.values())))}
         checkpoint = self.checkpoint["files"] if self.checkpoint else {"seeded_weights": WEIGHT_SEED}
         key = entry_key(self.name, checkpoint, {**data, "config": config_summary(self.model)})
-        return cache.get_or_compute(self.name, key, lambda: run_batched(self.model, inputs, batch_size))
+        return cache.get_or_compute(self.name, key, lambda: run_batched(self.model, inputs, batch_size),
+                                    names=self.model.output_names, rows=len(next(iter(inputs.values()))))
 
 
 def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path], samples: dict[str, int],
-               calibrations: dict[str, Path] | None = None) -> dict[str, UserCase]:
+               calibrations: dict[str, Path] | None = None, allow_unused_weights: bool = False) -> dict[str, UserCase]:
     """The user's cases (models named by ``--checkpoint``, ``--dataset`` or ``--calibration``), each loaded and
-    checked: a UserInputError names the option, the model and what is wrong."""
+    checked: a UserInputError names the option, the model and what is wrong. A checkpoint's tensors must all be used
+    by its config unless ``allow_unused_weights`` (``--allow-unused-weights``: the report lists them)."""
     calibrations = calibrations or {}
     for option, given in (("--checkpoint", checkpoints), ("--dataset", datasets), ("--samples", samples),
                           ("--calibration", calibrations)):
@@ -169,7 +177,7 @@ def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path], 
         provenance = None
         if name in checkpoints:
             try:
-                model, provenance = load_checkpoint(name, checkpoints[name])
+                model, provenance = load_checkpoint(name, checkpoints[name], allow_unused_weights)
             except CheckpointError as exc:
                 raise UserInputError(f"--checkpoint {name}={checkpoints[name]}: {exc}") from None
         else:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from conformance.fileio import parse_toml
 from conformance.hardware import get_backend, hardware_names
-from conformance.targets import DataFileError, backend_files
+from conformance.targets import DataFileError, backend_files, read_toml
 from models import MODEL_NAMES
 
 ACCURACY_FILE = Path(__file__).with_name("accuracy.toml")
@@ -216,6 +216,8 @@ def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> li
     for key in ("ratio", "tier", "min", "max"):
         if key in spec and not _number(spec[key]) or key in spec and isinstance(spec[key], float) and math.isnan(spec[key]):
             raise TargetsError(f"{at}: {metric}.{key} = {spec[key]!r} is not a number")
+        if key in spec and math.isinf(spec[key]):  # an infinite bound or ratio gates nothing
+            raise TargetsError(f"{at}: {metric}.{key} = {spec[key]!r} is not a finite number")
     base = dict(hardware=hardware, model=model, precision=precision, metric=metric, line=line)
     if "ratio" in spec:
         if metric in TENSOR_METRICS:
@@ -279,9 +281,13 @@ def _relative_to(spec, at, what, precision, precisions) -> str:
 
 def _read_targets(path: Path) -> list[Gate]:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise TargetsError(f"targets file {str(path)!r} does not exist")
-    return parse_targets(path.read_text(), path)
+    try:
+        _, text = read_toml(path)  # bounded, UTF-8, numbers finite and within range
+    except DataFileError as exc:
+        raise TargetsError(str(exc)) from None
+    return parse_targets(text, path)
 
 
 def load_targets(path: Path | None = None) -> tuple[Gate, ...]:
