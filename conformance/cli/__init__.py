@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "report": ("conformance.cli.report", "render (and merge) results.json files, compare two runs, validate a file"),
     "sensitivity": ("conformance.cli.sensitivity", "inject numeric faults into the ipu emulator and show which accuracy "
                     "gates catch each"),
+    "export": ("conformance.cli.export", "write the FP32 ONNX graph of a model (seeded weights or a checkpoint)"),
 }
 
 

@@ -1,0 +1,59 @@
+"""Write the FP32 ONNX graph of a model (``ipu-conformance export MODEL --out FILE.onnx``).
+
+The graph is recorded from the suite's own numpy model, its forward run through recording ops, with the seeded
+weights or a checkpoint's (``--checkpoint DIR``, read as the main job reads it). Opset 20; inputs and outputs are named
+as the model's, with a dynamic batch axis; node names are the suite's layer names, so a precision policy's skip list
+names the same nodes. Before the file is written (atomically), onnx.checker's full check passes and onnxruntime
+reproduces the model on the sample the graph was recorded on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from conformance.cli import package_version
+from conformance.datasets.user import load_checkpoint
+from models import canonical_name, load_model
+from models.seeds import WEIGHT_SEED
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="model name (albert, bert-base, conformer, resnet50, roformer, widedeep, or an alias)")
+    parser.add_argument("--checkpoint", type=Path, metavar="DIR",
+                        help="a checkpoint directory (config.json + model.safetensors, as the main job's --checkpoint); "
+                             "default: the seeded weights")
+    parser.add_argument("--allow-unused-weights", action="store_true",
+                        help="export a --checkpoint whose model.safetensors holds tensors its config.json does not use")
+    parser.add_argument("--precision", default="fp32", choices=("fp32",),
+                        help="the graph's precision (only fp32: the FP32 reference graph)")
+    parser.add_argument("--out", type=Path, required=True, metavar="FILE.onnx", help="the ONNX file to write")
+
+
+def run(args) -> int:
+    # onnx is imported when a graph is exported, not when the command line is built: the other subcommands never load
+    # it (its protobuf registry cannot be loaded twice into one process, as test harnesses that reset modules do)
+    from conformance.graphs import OPSET, record, save, writable_target
+
+    name = canonical_name(args.model)
+    out = writable_target(args.out)  # before the model is built: a bad --out fails at once
+    start = time.perf_counter()
+    if args.checkpoint is None:
+        model = load_model(name, seed=WEIGHT_SEED)
+        weights = f"seeded (seed {WEIGHT_SEED})"
+    else:
+        model, provenance = load_checkpoint(name, args.checkpoint, args.allow_unused_weights)
+        weights = f"checkpoint {provenance['path']} (sha256 {provenance['sha256']})"
+    loaded = time.perf_counter()
+    recording = record(model, weights=weights, version=package_version())
+    files = save(recording, out)
+    done = time.perf_counter()
+    graph = recording.model.graph
+    inputs = ", ".join(i.name for i in graph.input)
+    outputs = ", ".join(o.name for o in graph.output)
+    print(f"wrote {', '.join(map(str, files))}: {name} fp32 ({weights}), opset {OPSET}, {len(graph.node)} nodes, "
+          f"{model.num_parameters:,} parameters ({recording.weight_bytes / 1e6:.1f} MB); inputs {inputs}; outputs "
+          f"{outputs}; batch axis dynamic. Model built in {loaded - start:.1f} s, graph recorded, checked and written "
+          f"in {done - loaded:.1f} s")
+    return 0

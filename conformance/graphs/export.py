@@ -1,0 +1,368 @@
+"""The FP32 ONNX graph of a model, recorded from the model's own code.
+
+:class:`GraphOps` is an :class:`models.ops.Ops` whose every method computes the FP32 reference result on an example
+batch (the numpy implementation it inherits) and adds the ONNX nodes that compute the same; its results are
+:class:`~conformance.graphs.tensor.GraphTensor` values, which record the model's shape steps between ops. Running the
+model's ``forward`` on example inputs through it writes down what the model computes: there is no second description
+of the architecture to drift from the first. Each op's main node carries the op's layer name, so a precision policy's
+skip list names the same nodes in the graph (see :mod:`conformance.graphs.builder`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import external_data_helper
+
+from conformance.fileio import write_bytes_atomic
+from conformance.graphs import runtime
+from conformance.graphs.builder import BATCH, GraphBuilder
+from conformance.graphs.tensor import GraphError, GraphTensor, broadcast_batch_axis, operand_name, value_of
+from conformance.numerics.kernels import as_pair
+from models.base import Model
+from models.ops import Ops, contiguous
+
+F32 = np.float32
+EXAMPLE_BATCH = 1  # samples of the batch the graph is recorded on (the batch axis is tracked, not guessed from sizes)
+EXAMPLE_SEED = 0
+# How far onnxruntime's outputs on the example batch may be from the recording's FP32 outputs before the export fails:
+# the largest absolute difference over max(1, the largest magnitude). FP32 rounding in another order moves them by
+# ~1e-6 of that; a graph that computes something else, by much more.
+VERIFY_TOLERANCE = 1e-4
+# A protobuf message holds at most 2 GiB: with more bytes of weights than this they go to FILE.data beside the graph.
+EXTERNAL_DATA_BYTES = 1_800_000_000
+
+
+def _no_batch(x, what: str, axes) -> None:
+    """A GraphError when the batch axis of ``x`` is one of ``axes`` (an axis the op mixes or splits)."""
+    if isinstance(x, GraphTensor) and x.batch_axis is not None and x.batch_axis in {a % x.ndim for a in axes}:
+        raise GraphError(f"{x.name}: {what} along the batch axis is not recorded")
+
+
+def _batch_axis(x) -> int | None:
+    return x.batch_axis if isinstance(x, GraphTensor) else None
+
+
+class GraphOps(Ops):
+    """FP32 ops that record the ONNX graph of what they compute (see the module docstring)."""
+
+    hardware = "onnx"
+    precision = "fp32"
+
+    def __init__(self, graph: GraphBuilder):
+        super().__init__(recorder=None)
+        self.graph = graph
+
+    # -- helpers ----------------------------------------------------------------------------------------------------
+    def _f32(self, x, hint: str) -> str:
+        return operand_name(self.graph, x, F32, hint)
+
+    def _node(self, op_type: str, inputs: list[str], name: str, value, batch_axis, **attributes) -> GraphTensor:
+        """One node named after the layer, writing the op's result."""
+        node = self.graph.node_name(name)
+        out = self.graph.value_name(node)
+        self.graph.add_node(op_type, inputs, [out], node, **attributes)
+        return GraphTensor(self.graph, out, value, batch_axis, node)
+
+    def _inner(self, op_type: str, inputs: list[str], node: str, role: str, outputs: int = 1, **attributes) -> list[str]:
+        """A further node ``{node}/{role}`` of an op; its output value names."""
+        name = self.graph.node_name(f"{node}/{role}")
+        outs = [self.graph.value_name(name if outputs == 1 else f"{name}.{i}") for i in range(outputs)]
+        self.graph.add_node(op_type, inputs, outs, name, **attributes)
+        return outs
+
+    def _last(self, op_type: str, inputs: list[str], node: str, role: str, value, batch_axis,
+              **attributes) -> GraphTensor:
+        """The node ``{node}/{role}`` that writes an op's result (named like the op's main node)."""
+        name = self.graph.node_name(f"{node}/{role}")
+        out = self.graph.value_name(node)
+        self.graph.add_node(op_type, inputs, [out], name, **attributes)
+        return GraphTensor(self.graph, out, value, batch_axis, node)
+
+    def _unary(self, op_type: str, x, name: str, value, **attributes) -> GraphTensor:
+        return self._node(op_type, [self._f32(x, f"{name}.input")], name, value, _batch_axis(x), **attributes)
+
+    def _binary(self, op_type: str, a, b, name: str, value) -> GraphTensor:
+        batch_axis = broadcast_batch_axis([a, b], value.ndim)
+        return self._node(op_type, [self._f32(a, f"{name}.a"), self._f32(b, f"{name}.b")], name, value, batch_axis)
+
+    # -- data entering the device ------------------------------------------------------------------------------------
+    def input(self, x, *, name):
+        value = super().input(value_of(x), name=name)
+        if isinstance(x, GraphTensor) and x.dtype != F32:
+            return self._node("Cast", [x.name], name, value, x.batch_axis, to=onnx.TensorProto.FLOAT)
+        return self._unary("Identity", x, name, value)
+
+    def embedding(self, table, ids, *, name):
+        value = super().embedding(value_of(table), value_of(ids), name=name)
+        if _batch_axis(table) is not None:
+            raise GraphError(f"{name}: an embedding table with a batch axis is not recorded")
+        inputs = [operand_name(self.graph, table, value.dtype, f"{name}.weight"),
+                  operand_name(self.graph, ids, np.int64, f"{name}.ids")]
+        return self._node("Gather", inputs, name, value, _batch_axis(ids), axis=0)
+
+    # -- matrix units ------------------------------------------------------------------------------------------------
+    def linear(self, x, weight, bias=None, *, name):
+        value = super().linear(value_of(x), value_of(weight), value_of(bias), name=name)
+        _no_batch(x, "a linear layer", [-1])
+        node = self.graph.node_name(name)
+        if isinstance(weight, GraphTensor):
+            _no_batch(weight, "a linear layer's weight", range(weight.ndim))
+            weight_t = self._inner("Transpose", [weight.name], node, "weight", perm=[1, 0])[0]
+        else:
+            weight_t = self.graph.transposed_weight(weight, f"{name}.weight")
+        batch_axis = _batch_axis(x)
+        if bias is None:
+            out = self.graph.value_name(node)
+            self.graph.add_node("MatMul", [self._f32(x, f"{name}.input"), weight_t], [out], node)
+            return GraphTensor(self.graph, out, value, batch_axis, node)
+        product = self.graph.value_name(f"{node}/MatMul")
+        self.graph.add_node("MatMul", [self._f32(x, f"{name}.input"), weight_t], [product], node)
+        return self._last("Add", [product, self._f32(bias, f"{name}.bias")], node, "bias", value, batch_axis)
+
+    def matmul(self, a, b, *, name):
+        # C-contiguous operands: numpy's matmul leaves BLAS for a strided view (a head split), ~10x slower
+        value = super().matmul(contiguous(value_of(a)), contiguous(value_of(b)), name=name)
+        if np.ndim(value_of(a)) < 2 or np.ndim(value_of(b)) < 2:
+            raise GraphError(f"{name}: matmul of a vector is not recorded")
+        _no_batch(a, "a matmul's contraction", [-1])
+        _no_batch(b, "a matmul's contraction", [-2])
+        batch_axis = None
+        for x, last in ((a, False), (b, True)):
+            if _batch_axis(x) is None:
+                continue
+            axis = value.ndim - 1 if last and x.batch_axis == x.ndim - 1 else x.batch_axis + value.ndim - x.ndim
+            if batch_axis is not None and axis != batch_axis:
+                raise GraphError(f"{name}: matmul operands with their batch axes at different places")
+            batch_axis = axis
+        return self._node("MatMul", [self._f32(a, f"{name}.a"), self._f32(b, f"{name}.b")], name, value, batch_axis)
+
+    def conv2d(self, x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, name):
+        value = super().conv2d(value_of(x), value_of(weight), value_of(bias), stride=stride, padding=padding,
+                               dilation=dilation, groups=groups, name=name)
+        if _batch_axis(x) not in (None, 0):
+            raise GraphError(f"{name}: conv2d input with its batch axis at {x.batch_axis}, not 0 (NCHW)")
+        ph, pw = as_pair(padding)
+        inputs = [self._f32(x, f"{name}.input"), self._f32(weight, f"{name}.weight")]
+        if bias is not None:
+            inputs.append(self._f32(bias, f"{name}.bias"))
+        return self._node("Conv", inputs, name, value, _batch_axis(x), kernel_shape=list(np.shape(value_of(weight))[2:]),
+                          strides=list(as_pair(stride)), pads=[ph, pw, ph, pw], dilations=list(as_pair(dilation)),
+                          group=int(groups))
+
+    # -- elementwise -------------------------------------------------------------------------------------------------
+    def add(self, a, b, *, name):
+        return self._binary("Add", a, b, name, super().add(value_of(a), value_of(b), name=name))
+
+    def sub(self, a, b, *, name):
+        return self._binary("Sub", a, b, name, super().sub(value_of(a), value_of(b), name=name))
+
+    def mul(self, a, b, *, name):
+        return self._binary("Mul", a, b, name, super().mul(value_of(a), value_of(b), name=name))
+
+    def relu(self, x, *, name):
+        return self._unary("Relu", x, name, super().relu(value_of(x), name=name))
+
+    def gelu(self, x, *, approximate="none", name):
+        value = super().gelu(value_of(x), approximate=approximate, name=name)
+        return self._unary("Gelu", x, name, value, approximate=approximate)
+
+    def sigmoid(self, x, *, name):
+        return self._unary("Sigmoid", x, name, super().sigmoid(value_of(x), name=name))
+
+    def silu(self, x, *, name):
+        value = super().silu(value_of(x), name=name)
+        node = self.graph.node_name(name)
+        x_name = self._f32(x, f"{name}.input")
+        gate = self._inner("Sigmoid", [x_name], node, "sigmoid")[0]
+        out = self.graph.value_name(node)
+        self.graph.add_node("Mul", [x_name, gate], [out], node)
+        return GraphTensor(self.graph, out, value, _batch_axis(x), node)
+
+    def tanh(self, x, *, name):
+        return self._unary("Tanh", x, name, super().tanh(value_of(x), name=name))
+
+    def glu(self, x, *, axis, name):
+        value = super().glu(value_of(x), axis=axis, name=name)
+        _no_batch(x, "glu", [axis])
+        node = self.graph.node_name(name)
+        first, second = self._inner("Split", [self._f32(x, f"{name}.input")], node, "split", outputs=2,
+                                    axis=int(axis), num_outputs=2)
+        gate = self._inner("Sigmoid", [second], node, "sigmoid")[0]
+        out = self.graph.value_name(node)
+        self.graph.add_node("Mul", [first, gate], [out], node)
+        return GraphTensor(self.graph, out, value, _batch_axis(x), node)
+
+    # -- normalisation and reductions --------------------------------------------------------------------------------
+    def layer_norm(self, x, gamma, beta, *, eps, name):
+        value = super().layer_norm(value_of(x), value_of(gamma), value_of(beta), eps=eps, name=name)
+        _no_batch(x, "layer_norm", [-1])
+        inputs = [self._f32(x, f"{name}.input"), self._f32(gamma, f"{name}.weight"), self._f32(beta, f"{name}.bias")]
+        return self._node("LayerNormalization", inputs, name, value, _batch_axis(x), axis=-1, epsilon=float(eps))
+
+    def batch_norm(self, x, mean, var, gamma, beta, *, eps, axis=1, name):
+        value = super().batch_norm(value_of(x), value_of(mean), value_of(var), value_of(gamma), value_of(beta), eps=eps,
+                                   axis=axis, name=name)
+        _no_batch(x, "batch_norm", [axis])
+        ndim = np.ndim(value_of(x))
+        if axis % ndim == 1 and not any(isinstance(p, GraphTensor) for p in (mean, var, gamma, beta)):
+            inputs = [self._f32(x, f"{name}.input")] + [self._f32(p, f"{name}.{role}") for p, role in
+                                                          ((gamma, "weight"), (beta, "bias"), (mean, "running_mean"),
+                                                           (var, "running_var"))]
+            return self._node("BatchNormalization", inputs, name, value, _batch_axis(x), epsilon=float(eps))
+        # another channel axis: the reference's own scale and shift, then x * scale + shift
+        shape = [1] * ndim
+        shape[axis] = -1
+        inv = (value_of(gamma) / np.sqrt(value_of(var) + F32(eps))).astype(F32)
+        shift = (value_of(beta) - value_of(mean) * inv).astype(F32)
+        node = self.graph.node_name(name)
+        scaled = self.graph.value_name(f"{node}/Mul")
+        self.graph.add_node("Mul", [self._f32(x, f"{name}.input"), self.graph.constant(inv.reshape(shape), f"{name}.scale")],
+                            [scaled], node)
+        return self._last("Add", [scaled, self.graph.constant(shift.reshape(shape), f"{name}.shift")], node, "shift",
+                          value, _batch_axis(x))
+
+    def softmax(self, x, *, axis=-1, name):
+        value = super().softmax(value_of(x), axis=axis, name=name)
+        _no_batch(x, "softmax", [axis])
+        return self._unary("Softmax", x, name, value, axis=int(axis))
+
+    def mean(self, x, *, axis, keepdims=False, name):
+        value = super().mean(value_of(x), axis=axis, keepdims=keepdims, name=name)
+        ndim = np.ndim(value_of(x))
+        axes = sorted({int(a) % ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))})
+        _no_batch(x, "mean", axes)
+        batch_axis = _batch_axis(x)
+        if batch_axis is not None and not keepdims:
+            batch_axis -= sum(a < batch_axis for a in axes)
+        inputs = [self._f32(x, f"{name}.input"), self.graph.constant(np.asarray(axes, np.int64), f"{name}.axes")]
+        return self._node("ReduceMean", inputs, name, value, batch_axis, keepdims=int(bool(keepdims)))
+
+    def max_pool2d(self, x, *, kernel, stride, padding=0, name):
+        value = super().max_pool2d(value_of(x), kernel=kernel, stride=stride, padding=padding, name=name)
+        if _batch_axis(x) not in (None, 0):
+            raise GraphError(f"{name}: max_pool2d input with its batch axis at {x.batch_axis}, not 0 (NCHW)")
+        ph, pw = as_pair(padding)
+        return self._unary("MaxPool", x, name, value, kernel_shape=list(as_pair(kernel)), strides=list(as_pair(stride)),
+                           pads=[ph, pw, ph, pw])
+
+
+# -- recording a model ---------------------------------------------------------------------------------------------
+@dataclass
+class Recording:
+    """A model's ONNX graph, the example batch it was recorded on, and the FP32 outputs on that batch."""
+
+    model: onnx.ModelProto
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(len(t.raw_data) for t in self.model.graph.initializer)
+
+
+def record(model: Model, *, weights: str = "", version: str = "", batch_size: int = EXAMPLE_BATCH,
+           seed: int = EXAMPLE_SEED) -> Recording:
+    """The FP32 ONNX graph of ``model``: its ``forward`` run through :class:`GraphOps` on ``batch_size`` samples of
+    its own ``sample_inputs``. Inputs and outputs are named as the model's, the batch axis is dynamic (``batch``).
+    ``weights`` (where the weights came from) and ``version`` go to the graph's metadata."""
+    example = model.sample_inputs(batch_size, seed=seed)
+    model.validate_inputs(example)
+    graph = GraphBuilder({id(array): name for name, array in model.params.items()})
+    for name in model.output_names:
+        graph.reserve_value(name)
+    feeds = {}
+    for spec in model.input_specs:
+        value = np.ascontiguousarray(example[spec.name], dtype=np.dtype(spec.dtype))
+        graph.add_input(spec.name, value.dtype, (BATCH, *spec.shape))
+        feeds[spec.name] = GraphTensor(graph, spec.name, value, 0, spec.name)
+    results = model.forward(feeds, GraphOps(graph))
+    if set(results) != set(model.output_names):
+        raise GraphError(f"{model.name}: forward returned {sorted(results)}, the model declares {list(model.output_names)}")
+    outputs = {}
+    for name in model.output_names:
+        result = results[name]
+        if not isinstance(result, GraphTensor) or result.batch_axis != 0:
+            raise GraphError(f"{model.name}: output {name!r} does not have the batch as its first axis")
+        graph.add_output(name, result.name, result.dtype, (BATCH, *result.value.shape[1:]))
+        outputs[name] = result.value
+    config = json.dumps(asdict(model.config), sort_keys=True)
+    metadata = {"model": model.name, "precision": "fp32", "config": config, "weights": weights or "seeded"}
+    doc = (f"{model.name} in FP32, recorded from the ipu-conformance numpy model (weights: {weights or 'seeded'}). "
+           f"Node names are the suite's layer names.")
+    proto = graph.model(model.name, doc, metadata, producer_version=version)
+    return Recording(proto, example, outputs)
+
+
+def check(data) -> None:
+    """``onnx.checker`` with the full check (strict shape inference) on a serialised graph or a path."""
+    onnx.checker.check_model(os.fspath(data) if isinstance(data, os.PathLike) else data, full_check=True)
+
+
+def verify(recording: Recording, graph) -> float:
+    """Run ``graph`` (serialised, or a path) on onnxruntime's CPU provider on the recording's example batch; the
+    largest difference from the recorded FP32 outputs relative to max(1, their largest magnitude). A GraphError when
+    it exceeds VERIFY_TOLERANCE (the graph does not compute what the model does)."""
+    outputs = runtime.run(runtime.session(graph), recording.inputs, batch_size=len(next(iter(recording.inputs.values()))))
+    worst = 0.0
+    for name, expected in recording.outputs.items():
+        scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
+        worst = max(worst, float(np.max(np.abs(outputs[name].astype(np.float64) - expected), initial=0.0)) / scale)
+    if not worst <= VERIFY_TOLERANCE:
+        raise GraphError(f"{recording.model.graph.name}: onnxruntime's outputs differ from the model's by {worst:.3g} "
+                         f"of their scale on the example batch (at most {VERIFY_TOLERANCE:g} expected)")
+    return worst
+
+
+def writable_target(path) -> Path:
+    """``path`` as a Path, or an OSError saying why a file cannot be written there (before any work is done)."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"--out {str(path)!r} is a directory; give a file name such as {str(path / 'model.onnx')!r}")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(f"--out {str(path)!r}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"--out {str(path)!r}: directory {str(parent)!r} is not writable")
+    return path
+
+
+def save(recording: Recording, path) -> list[Path]:
+    """Check the graph (:func:`check`), run it on onnxruntime (:func:`verify`) and write it to ``path`` atomically;
+    with weights over EXTERNAL_DATA_BYTES they go to ``{path}.data`` beside it (ONNX external data; the recording's
+    ModelProto then refers to that file). The files written."""
+    path = Path(path)
+    if recording.weight_bytes <= EXTERNAL_DATA_BYTES:
+        data = recording.model.SerializeToString()
+        check(data)
+        verify(recording, data)
+        write_bytes_atomic(path, data)
+        return [path]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    location = f"{path.name}.data"
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as tmp:
+        staged = Path(tmp) / path.name
+        external_data_helper.convert_model_to_external_data(recording.model, all_tensors_to_one_file=True,
+                                                            location=location, size_threshold=1024)
+        onnx.save_model(recording.model, staged)
+        check(staged)
+        verify(recording, staged)
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask  # the mode a plain open() gives, as for a graph written in one piece
+        for name in (location, path.name):
+            os.chmod(Path(tmp) / name, mode)
+        os.replace(Path(tmp) / location, path.parent / location)
+        os.replace(staged, path)
+    return [path, path.parent / location]
+
+
+__all__ = ["EXAMPLE_BATCH", "GraphOps", "Recording", "check", "record", "save", "verify", "writable_target"]
