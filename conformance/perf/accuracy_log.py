@@ -24,20 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from conformance.fileio import write_text_atomic
+from conformance.perf.loadgen_rules import mt19937, uniform_doubles
 
 LOADGEN_SAMPLE_VALUE_SEED = 5489  # std::mt19937's default seed: LoadGen's per-sample generator is never seeded
 ACCURACY_LOG_FILE = "mlperf_log_accuracy.json"
-
-
-def canonical_doubles(seed: int, count: int) -> np.ndarray:
-    """``count`` draws of ``std::uniform_real_distribution<double>(0, 1)`` over ``std::mt19937(seed)`` as libstdc++
-    computes them: two 32-bit words ``a, b`` make ``(a + b * 2**32) / 2**64``, kept below 1. ``std::mt19937`` takes
-    the seed's low 32 bits, as numpy's legacy ``RandomState`` seeds the same generator."""
-    state = np.random.RandomState(int(seed) & 0xFFFFFFFF)
-    words = state.randint(0, 2 ** 32, size=2 * int(count), dtype=np.uint32).astype(np.float64)
-    u = (words[0::2] + words[1::2] * 4294967296.0) / 18446744073709551616.0
-    u[u >= 1.0] = np.nextafter(1.0, 0.0)
-    return u
 
 
 def sampling_probability(sampling_target: int, *, scenario: str, target_qps: float, min_duration_ms: int,
@@ -59,8 +49,8 @@ def sampled_sequence_ids(count: int, probability: float, rng_seed: int, minimum:
     least ``min(minimum, count)`` ids by logging the next-smallest values (see the module docstring)."""
     if count <= 0:
         return np.zeros(0, dtype=np.int64)
-    offset = canonical_doubles(rng_seed, 1)[0]
-    values = canonical_doubles(LOADGEN_SAMPLE_VALUE_SEED, count) + offset
+    offset = uniform_doubles(mt19937(rng_seed), 1)[0]
+    values = uniform_doubles(mt19937(LOADGEN_SAMPLE_VALUE_SEED), count) + offset
     values = np.where(values < 1.0, values, values - 1.0)
     chosen = np.flatnonzero(values <= probability)
     wanted = min(int(minimum), count)

@@ -544,12 +544,26 @@ class ServerSchedule:
         return self.scheduled_ns / 1e9
 
 
-def _exponential_ns(state: np.random.RandomState, count: int, qps: float) -> np.ndarray:
-    """``count`` inter-arrival gaps (whole ns) as LoadGen draws them: ``std::exponential_distribution(qps)`` over
-    ``std::mt19937`` (libstdc++: ``-log(1 - u) / qps`` with ``u`` from two 32-bit draws), truncated to nanoseconds."""
-    words = state.randint(0, 2 ** 32, size=2 * count, dtype=np.uint32).astype(np.float64)
+def mt19937(seed: int) -> np.random.RandomState:
+    """``std::mt19937(seed)``: it takes the seed's low 32 bits, as numpy's legacy ``RandomState`` seeds the same
+    generator."""
+    return np.random.RandomState(int(seed) & 0xFFFFFFFF)
+
+
+def uniform_doubles(state: np.random.RandomState, count: int) -> np.ndarray:
+    """``count`` draws of ``std::uniform_real_distribution<double>(0, 1)`` over ``std::mt19937`` as libstdc++ computes
+    them: two 32-bit words ``a, b`` make ``(a + b * 2**32) / 2**64``, kept below 1."""
+    words = state.randint(0, 2 ** 32, size=2 * int(count), dtype=np.uint32).astype(np.float64)
     u = (words[0::2] + words[1::2] * 4294967296.0) / 18446744073709551616.0
     u[u >= 1.0] = np.nextafter(1.0, 0.0)
+    return u
+
+
+def _exponential_ns(state: np.random.RandomState, count: int, qps: float) -> np.ndarray:
+    """``count`` inter-arrival gaps (whole ns) as LoadGen draws them: ``std::exponential_distribution(qps)`` over
+    ``std::mt19937`` (libstdc++: ``-log(1 - u) / qps`` with ``u`` from :func:`uniform_doubles`), truncated to
+    nanoseconds."""
+    u = uniform_doubles(state, count)
     logs = np.fromiter(map(math.log, (1.0 - u).tolist()), dtype=np.float64, count=count)  # the C library's log
     return ((-logs / qps) * 1e9).astype(np.int64)
 
@@ -561,7 +575,7 @@ def server_schedule(target_qps: float, min_duration_ms: int, min_query_count: in
     ``min_query_count`` exist. LoadGen issues them all (unless a max duration or query count stops it early)."""
     if not target_qps > 0:
         raise ValueError(f"target QPS must be > 0, got {target_qps}")
-    state = np.random.RandomState(int(seed) & 0xFFFFFFFF)  # std::mt19937 takes the seed's low 32 bits
+    state = mt19937(seed)
     end = int(min_duration_ms) * 1_000_000
     chunk = int(end / 1e9 * target_qps * 1.1) + int(min_query_count) + 64
     timestamps = np.zeros(1, dtype=np.int64)
