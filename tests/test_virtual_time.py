@@ -87,28 +87,43 @@ def test_closed_loop_follows_littles_law():
     assert result.avg_latency_ms == pytest.approx(4 * 6.0, rel=0.02)
 
 
-@pytest.mark.parametrize("scenario", ["SingleStream", "Offline", "Server"])
+def issue_delays_ms(log_dir: Path) -> list[float]:
+    """How late LoadGen issued each sample after its scheduled time, as LoadGen's own trace records it. The trace is
+    read event by event (one per line): LoadGen writes some of its other events with unescaped quotes."""
+    delays = []
+    for line in (log_dir / "mlperf_log_trace.json").read_text().splitlines():
+        if line.startswith('{"name":"Sample"') and '"ph":"b"' in line:
+            delays.append(json.loads(line.rstrip(","))["args"]["issue_start_ns"] / 1e6)
+    return delays
+
+
+@pytest.mark.parametrize("scenario", ["SingleStream", "Server", "Offline"])
 def test_real_loadgen_agrees_where_host_lateness_is_small(scenario, tmp_path):
     """Device times of several milliseconds: the real LoadGen on the host's clock and the simulation agree on
-    throughput within 2% and on latency percentiles within the host lateness the real run measured."""
+    throughput within 2% and on latency percentiles within the host's lateness in that run: LoadGen issuing a query
+    after its scheduled time (its trace's issue delay) plus the SUT completing a batch after its due time. Either
+    delays everything queued behind it by as much, never more, so the sum of the largest of each bounds the gap."""
     device = affine(0.004, 0.001)
     quick = {"SingleStream": dict(min_duration_ms=400, min_query_count=64, expected_latency_s=0.005),
              "Offline": dict(min_duration_ms=400, target_qps=8 / 0.012),
              "Server": dict(min_duration_ms=1000, min_query_count=100, target_qps=150, server_latency_ms=100)}[scenario]
     run = {"max_batch": 8, "batch_timeout_s": 0.002, "total_sample_count": SAMPLES}
-    real = run_scenario(device, settings(scenario, **quick), tmp_path / "real", **run)
+    real = run_scenario(device, settings(scenario, **quick), tmp_path / "real", trace=True, **run)
     device.reset()
     virtual = simulate_scenario(device, settings(scenario, **quick), tmp_path / "virtual", **run)
     late_ms = (real.details.get("completion_lateness_ms") or {}).get("max", 0.0)
+    delays = issue_delays_ms(tmp_path / "real")
+    assert len(delays) >= real.query_count > 0  # every sample of every query (the trace read whole)
+    issue_ms = max(delays)
     print(f"{scenario}: real {real.value:.4g} vs virtual {virtual.value:.4g} {virtual.units}; host lateness max "
-          f"{late_ms:.3f} ms")
+          f"{late_ms:.3f} ms completing, {issue_ms:.3f} ms issuing")
     if scenario == "Offline":
         assert virtual.value == pytest.approx(real.value, rel=0.02)
     else:
         for p in ("50.00", "90.00"):
             key = f"result_{p}_percentile_latency_ns"
             gap_ms = abs(real.details[key] - virtual.details[key]) / 1e6
-            assert gap_ms <= late_ms + 0.2, (p, real.details[key], virtual.details[key], late_ms)
+            assert gap_ms <= late_ms + issue_ms + 0.2, (p, real.details[key], virtual.details[key], late_ms, issue_ms)
 
 
 def test_server_of_100k_queries_is_simulated():

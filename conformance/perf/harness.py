@@ -279,9 +279,10 @@ def loadgen_log_settings(log_dir: Path, trace: bool = False):
 
 
 def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | None = None, *, max_batch: int = 1,
-                 batch_timeout_s: float = 0.0, total_sample_count: int | None = None, name: str = "sut") -> ScenarioResult:
+                 batch_timeout_s: float = 0.0, total_sample_count: int | None = None, name: str = "sut",
+                 trace: bool = False) -> ScenarioResult:
     """One LoadGen run of ``settings.scenario`` against ``device``; LoadGen's logs go to ``log_dir`` (a new temporary
-    directory when None). The SUT's errors are returned in ``sut_errors``; every issued query is completed. An
+    directory when None), with its per-sample trace (``mlperf_log_trace.json``) when ``trace``. The SUT's errors are returned in ``sut_errors``; every issued query is completed. An
     interrupt (SIGINT, SIGTERM) during the run lets LoadGen finish (:mod:`conformance.perf.interrupts`) and is raised
     again when it has returned."""
     if log_dir is None:
@@ -291,7 +292,7 @@ def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | Non
     if settings.scenario in ("SingleStream",):
         max_batch = 1
     total = int(total_sample_count or settings.performance_sample_count)
-    loadgen_settings, log_settings = settings.loadgen_settings(), loadgen_log_settings(log_dir)
+    loadgen_settings, log_settings = settings.loadgen_settings(), loadgen_log_settings(log_dir, trace)
     sut = BatchingSUT(device, max_batch=max_batch, batch_timeout_s=batch_timeout_s if settings.scenario == "Server" else 0.0,
                       name=name if settings.scenario in name else f"{name} ({settings.scenario})")
 
