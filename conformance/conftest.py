@@ -1,14 +1,16 @@
-"""Session fixtures shared by the conformance tests: settings, the hardware backend, and a cache of loaded models."""
+"""Session fixtures shared by the conformance tests: settings, the run's hardware backend, the user's cases, a progress
+line on the terminal, and a cache of loaded models."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from conformance.datasets.user import UserCase
-from conformance.hardware import Backend, get_backend
-from conformance.plugin import SETTINGS_KEY, USER_CASES_KEY
+from conformance.hardware import Backend
 from conformance.report.checks import RECORD_KEY, CheckRecord, plain
-from conformance.settings import RunSettings
+from conformance.settings import RunSettings, session
 from conformance.targets import compare
 from models import load_model
 from models.seeds import WEIGHT_SEED
@@ -16,36 +18,48 @@ from models.seeds import WEIGHT_SEED
 
 @pytest.fixture(scope="session")
 def settings(pytestconfig) -> RunSettings:
-    return pytestconfig.stash[SETTINGS_KEY]
+    return session.run_settings(pytestconfig)
 
 
 @pytest.fixture(scope="session")
 def backend(settings) -> Backend:
-    return get_backend(settings.hardware, settings.device)
+    return settings.backend
+
+
+@pytest.fixture(scope="session")
+def progress(pytestconfig):
+    """``progress(message)``: one line on the terminal (a long accuracy run says which model it is on)."""
+    return lambda message: session.progress_line(pytestconfig, message)
 
 
 class ModelStore:
     """Loads each model once per session (seeded weights are large; building them twice wastes seconds); a user's
-    checkpoint (``--checkpoint``) was loaded when the options were checked."""
+    checkpoint (``--checkpoint``) was loaded when the options were checked. Building a model's weights is start-up
+    work, not the test's: ``announce`` says what was built and how long it took."""
 
-    def __init__(self, user_cases: dict | None = None):
+    def __init__(self, user_cases: dict | None = None, announce=None):
         self._models = {name: case.model for name, case in (user_cases or {}).items()}
+        self._announce = announce
 
     def get(self, name: str):
         if name not in self._models:
+            start = time.perf_counter()
             self._models[name] = load_model(name, seed=WEIGHT_SEED)
+            if self._announce is not None:
+                self._announce(f"{name}: seeded weights built in {time.perf_counter() - start:.1f} s (once per run)")
         return self._models[name]
 
 
 @pytest.fixture(scope="session")
-def user_cases(pytestconfig) -> dict[str, UserCase]:
-    """The models the user gave a checkpoint or data set for (``--checkpoint``, ``--dataset``)."""
-    return pytestconfig.stash[USER_CASES_KEY]
+def user_cases(pytestconfig, settings) -> dict[str, UserCase]:
+    """The models the user gave a checkpoint or data set for (``--checkpoint``, ``--dataset``), and the graphs of
+    ``--onnx`` (:class:`~conformance.graphs.case.GraphCase`, judged the same way)."""
+    return {**session.user_cases(pytestconfig), **settings.onnx}
 
 
 @pytest.fixture(scope="session")
-def model_store(user_cases) -> ModelStore:
-    return ModelStore(user_cases)
+def model_store(user_cases, pytestconfig) -> ModelStore:
+    return ModelStore(user_cases, announce=lambda message: session.progress_line(pytestconfig, message))
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import errno
 import hashlib
+import io
 import json
 import math
 import os
@@ -379,3 +380,51 @@ def _read_npy(member, path, name: str, rows: int | None, budget: int, error, ins
     if fortran and shape and rows is not None:
         array = np.ascontiguousarray(array[:rows])
     return array
+
+
+# -- entries: arrays that carry what they were computed from ------------------------------------------------------
+ENTRY = "__entry__"  # the array of an entry's .npz that holds its record (what it was computed from), as JSON
+
+
+def write_entry(path, arrays: dict[str, np.ndarray], record: dict) -> None:
+    """``arrays`` as an ``.npz`` (no pickle) with ``record`` (a JSON object) beside them, to which the SHA-256 of the
+    arrays (``arrays_sha256``) and their shapes and dtypes are added; written atomically (an OSError if it cannot)."""
+    record = {**record, "arrays_sha256": sha256_arrays(arrays),
+              "arrays": {k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)} for k, v in arrays.items()}}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays, **{ENTRY: json_array(record)})
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def read_entry(path, what: str, expected: dict, *, max_bytes: int, error: type[ValueError] = InputFileError
+               ) -> tuple[dict[str, np.ndarray], dict]:
+    """(arrays, record) of an entry :func:`write_entry` wrote, read bounded (:func:`read_npz`, ``max_bytes`` at most)
+    and checked by content: its record holds every field of ``expected`` with that value, and its arrays hash to the
+    SHA-256 it records; ``error`` naming the file and what differs otherwise."""
+    arrays = read_npz(path, what, None, max_bytes=max_bytes, error=error)
+    if ENTRY not in arrays:
+        raise error(f"{path}: no {ENTRY!r} record of what it was computed from")
+    record = array_json(arrays.pop(ENTRY), f"{path}: {ENTRY}", error)
+    if not isinstance(record, dict):
+        raise error(f"{path}: {ENTRY} is not a JSON object")
+    for field, wanted in expected.items():
+        if record.get(field) != wanted:
+            raise error(f"{path}: computed for {field} {str(record.get(field))[:70]!r}, not {str(wanted)[:70]!r}")
+    if sha256_arrays(arrays) != record.get("arrays_sha256"):
+        raise error(f"{path}: its arrays do not hash to the SHA-256 it records")
+    return arrays, record
+
+
+def sources_sha256(root, directories, patterns=("*.py",), recursive: bool = False) -> str:
+    """SHA-256 over the files matching ``patterns`` in ``directories`` (paths relative to ``root`` and contents, in
+    path order; with ``recursive`` also their subfolders, ``__pycache__`` left out): a version of those sources."""
+    root = Path(root)
+    h = hashlib.sha256()
+    for directory in directories:
+        found = set()
+        for pattern in patterns:
+            found.update((Path(directory).rglob if recursive else Path(directory).glob)(pattern))
+        for path in sorted(p for p in found if p.is_file() and "__pycache__" not in p.parts):
+            h.update(f"{path.relative_to(root)}|".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()

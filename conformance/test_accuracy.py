@@ -22,14 +22,14 @@ from conformance.accuracy.evaluation import (
     evaluate,
     measure_probes,
     probe_samples,
-    run_hardware,
+    run_on_engine,
     wants_probe,
     worst_samples,
 )
-from conformance.datasets.cache import OutputCache
+from conformance.datasets.cache import OutputCache, default_directory
+from conformance.distributed import BatchStore, make_engine
 from conformance.fileio import write_bytes_atomic
-from conformance.hardware import get_backend
-from conformance.plugin import SETTINGS_KEY, progress_line
+from conformance.settings.session import run_settings
 from conformance.targets import accuracy as accuracy_targets
 from models import MODEL_NAMES
 from models.ops import Ops
@@ -40,10 +40,12 @@ DIAGNOSE_SAMPLES = 2
 
 def pytest_generate_tests(metafunc):
     if "accuracy_case" in metafunc.fixturenames:
-        settings = metafunc.config.stash[SETTINGS_KEY]
+        settings = run_settings(metafunc.config)
         cases = accuracy_targets.matrix(settings.hardware, settings.models, settings.precisions)
+        cases += [(name, precision) for name in settings.onnx for _, precision in
+                  accuracy_targets.matrix(settings.hardware, [accuracy_targets.GRAPH_CASE], settings.precisions)]
         if not cases:
-            backend = get_backend(settings.hardware)
+            backend = settings.backend
             reasons = {backend.accuracy_support(m, p) for m in MODEL_NAMES for p in backend.precisions}
             assert None not in reasons, (
                 f"no accuracy targets for hardware {settings.hardware!r}, models {list(settings.models)}, precisions "
@@ -72,15 +74,36 @@ class AccuracyRuns:
         self._runs: dict[tuple[str, str], dict] = {}
         self.cached: dict[str, bool] = {}  # user's models: whether their FP32 outputs came from the cache
         self.sources: dict[str, dict] = {}  # stored models: the rows read from the reference file and computed here
+        self._engine = None
+
+    def engine(self):
+        """What runs the hardware's batches (made on first use): in this process, or with ``workers`` local worker
+        processes or on the ``cluster`` at an address, keeping every computed batch in the cache directory so that an
+        interrupted run resumes (:mod:`conformance.distributed`)."""
+        if self._engine is None:
+            workers, cluster = getattr(self.settings, "workers", None), getattr(self.settings, "cluster", None)
+            distributed = workers is not None or cluster is not None
+            self._engine = make_engine(workers, cluster, BatchStore(self.settings.cache_dir or default_directory())
+                                       if distributed else None)
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
 
     def count(self, name: str) -> int:
         """Model samples (rows) the test runs: a data set's (all, or as --samples caps it), else --samples or the
         profile's."""
+        if name in self.settings.onnx:
+            return self.settings.onnx[name].count()
         if name in self.user_cases and self.user_cases[name].evaluation is not None:
             return len(next(iter(self.user_cases[name].evaluation.inputs.values())))
         return self.settings.sample_count(name)
 
     def batch_size(self, name: str) -> int:
+        if name in self.settings.onnx:
+            return self.settings.onnx[name].batch_size
         return self.settings.profile_data.batch_size[name]
 
     def labels(self, name: str):
@@ -96,8 +119,9 @@ class AccuracyRuns:
             if name in self.user_cases:
                 case = self.user_cases[name]
                 inputs = case.inputs(self.count(name))
-                outputs, self.cached[name] = case.reference(inputs, self.batch_size(name),
-                                                            OutputCache(self.settings.cache_dir))
+                # an imported graph's FP32 outputs come from onnxruntime, uncached
+                cache = None if name in self.settings.onnx else OutputCache(self.settings.cache_dir)
+                outputs, self.cached[name] = case.reference(inputs, self.batch_size(name), cache)
                 self._references[name] = (inputs, outputs)
                 return self._references[name]
             model = self.model_store.get(name)
@@ -123,13 +147,14 @@ class AccuracyRuns:
             prepared = self.backend.prepare(model, precision, case.calibration_inputs() if case else None,
                                             batch_size=self.batch_size(name))
             calibrated = time.perf_counter()
-            ops = prepared.ops()
-            outputs, local = run_hardware(model, inputs, self.batch_size(name), ops, probe=probe)
+            run = run_on_engine(self.engine(), f"{name}-{precision}", model, prepared, inputs, self.batch_size(name),
+                                probe=probe)
             self._runs[key] = {
-                "outputs": outputs,
-                "local_errors": local,
+                "outputs": run.outputs,
+                "local_errors": run.local_errors,
                 "prepared": prepared,
-                "details": prepared.details(ops),
+                "details": run.details,
+                "engine": run.stats.as_dict(),
                 "calibration_s": calibrated - start,
                 "run_s": time.perf_counter() - calibrated,
             }
@@ -138,7 +163,9 @@ class AccuracyRuns:
 
 @pytest.fixture(scope="session")
 def accuracy_runs(settings, backend, model_store, user_cases, pytestconfig):
-    return AccuracyRuns(settings, backend, model_store, user_cases, pytestconfig)
+    runs = AccuracyRuns(settings, backend, model_store, user_cases, pytestconfig)
+    yield runs
+    runs.close()
 
 
 def _write_artifacts(settings, name: str, precision: str, ref: dict, hw: dict) -> None:
@@ -158,30 +185,34 @@ def _reproduce(settings, name: str, precision: str) -> str:
     samples = settings.samples.get(name, settings.samples.get("*"))
     if samples is not None:
         user += f" --samples {name}={samples}"
+    if name in settings.onnx:
+        return (f"pytest conformance/test_accuracy.py --hardware {settings.hardware} --profile {settings.profile} "
+                f"--onnx {name}={shlex.quote(settings.onnx[name].model.config.path)} --precision {precision} --diagnose")
     return (f"pytest conformance/test_accuracy.py --hardware {settings.hardware} --profile {settings.profile} "
             f"--model {name} --precision {precision}{user} --diagnose")
 
 
-def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, record_check, pytestconfig):
+def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, record_check, progress):
     name, precision = accuracy_case
-    reason = backend.accuracy_support(name, precision)
+    table = accuracy_targets.GRAPH_CASE if name in settings.onnx else name  # an imported graph: the graphs' gates
+    reason = None if name in settings.onnx else backend.accuracy_support(name, precision)
     if reason:
         pytest.skip(reason)
     labels = accuracy_runs.labels(name)
-    gates = accuracy_targets.applicable(accuracy_targets.gates_for(settings.hardware, name, precision), labels is not None)
+    gates = accuracy_targets.applicable(accuracy_targets.gates_for(settings.hardware, table, precision), labels is not None)
     count = accuracy_runs.count(name)
-    progress_line(pytestconfig, f"accuracy {name} {precision}: {count} samples, batch {accuracy_runs.batch_size(name)}")
+    progress(f"accuracy {name} {precision}: {count} samples, batch {accuracy_runs.batch_size(name)}")
     inputs, ref = accuracy_runs.reference(name)
     run = accuracy_runs.hardware(name, precision, probe=wants_probe(gates))
     hw = run["outputs"]
 
-    metric_sets = {"fp32": compute_metrics(name, ref, ref, inputs, labels)}
+    metric_sets = {"fp32": compute_metrics(table, ref, ref, inputs, labels)}
     for other in sorted(accuracy_targets.reference_precisions(gates)):
-        metric_sets[other] = compute_metrics(name, ref, accuracy_runs.hardware(name, other)["outputs"], inputs, labels)
-    current = compute_metrics(name, ref, hw, inputs, labels)
+        metric_sets[other] = compute_metrics(table, ref, accuracy_runs.hardware(name, other)["outputs"], inputs, labels)
+    current = compute_metrics(table, ref, hw, inputs, labels)
     probe_details = measure_probes(gates, current, run["local_errors"],
                                    len(probe_samples(inputs, accuracy_runs.batch_size(name))),
-                                   lambda: backend.op_checks(name, precision, run["details"].get("fp8_scales")))
+                                   lambda: backend.op_checks(table, precision, run["details"]))
     evaluations = evaluate(gates, current, metric_sets)
     failed = [e for e in evaluations if e.gate.gating and not e.passed]
 
@@ -214,10 +245,10 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
     summary = ", ".join(f"{e.gate.check}={'n/a' if e.value is None else f'{e.value:.4g}'}"
                         + ("" if e.established is not False else " (not established)")
                         for e in evaluations if e.gate.gating)
-    progress_line(pytestconfig, f"accuracy {name} {precision}: {'FAIL' if failed else 'pass'} in "
+    progress(f"accuracy {name} {precision}: {'FAIL' if failed else 'pass'} in "
                                 f"{run['calibration_s'] + run['run_s']:.1f} s ({summary})")
     if diagnosis_text and not failed:
-        progress_line(pytestconfig, f"accuracy {name} {precision}: {diagnosis_text}")
+        progress(f"accuracy {name} {precision}: {diagnosis_text}")
     if failed:
         lines = [f"{name} at {precision} on {settings.hardware} ({count} samples, profile {settings.profile}) vs FP32:"]
         lines += ["  " + e.describe() for e in failed]

@@ -19,7 +19,7 @@ from conformance.perf.audits import audit_matrix
 from conformance.perf.scenario_run import plan_target
 from conformance.perf.test01 import run_test01, task_scorer
 from conformance.perf.test04 import run_test04
-from conformance.plugin import SETTINGS_KEY
+from conformance.settings.session import run_settings
 from conformance.targets.audit import load_audit_config
 from conformance.targets.performance import load_performance_targets
 
@@ -27,7 +27,7 @@ from conformance.targets.performance import load_performance_targets
 def pytest_generate_tests(metafunc):
     if "audit_case" not in metafunc.fixturenames:
         return
-    settings = metafunc.config.stash[SETTINGS_KEY]
+    settings = run_settings(metafunc.config)
     config = load_audit_config()
     every, _ = audit_matrix(load_performance_targets().for_hardware(settings.hardware), config)
     audited = settings.profile_data.audit

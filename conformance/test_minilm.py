@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from conformance.accuracy.evaluation import Evaluation, MetricSet, evaluate, measure_probes
-from conformance.plugin import SETTINGS_KEY, progress_line
+from conformance.settings.session import run_settings
 from conformance.targets import accuracy as accuracy_targets
 from models import load_model, run_batched
 
@@ -119,7 +119,7 @@ def embedding_metrics(reference_emb, hardware_emb) -> dict[str, float]:
 
 def pytest_generate_tests(metafunc):
     if "minilm_precision" in metafunc.fixturenames:
-        settings = metafunc.config.stash[SETTINGS_KEY]
+        settings = run_settings(metafunc.config)
         cases = [p for m, p in accuracy_targets.matrix(settings.hardware, [CASE], settings.precisions)]
         if cases:
             metafunc.parametrize("minilm_precision", cases)
@@ -143,14 +143,14 @@ def minilm(settings):
     return model, evaluation, calibration, sentence_embeddings(hidden, evaluation["attention_mask"])
 
 
-def test_minilm(minilm_precision, settings, backend, minilm, record_check, pytestconfig):
+def test_minilm(minilm_precision, settings, backend, minilm, record_check, progress):
     precision = minilm_precision
     model, evaluation, calibration, fp32 = minilm
     reason = backend.accuracy_support("bert-base", precision)
     if reason:
         pytest.skip(reason)
     count = len(fp32)
-    progress_line(pytestconfig, f"accuracy {CASE} {precision}: {count} sentences from the standard library's docstrings")
+    progress(f"accuracy {CASE} {precision}: {count} sentences from the standard library's docstrings")
     details = {"sentences": count, "seq_len": SEQ_LEN}
     prepared = backend.prepare(model, precision, calibration, batch_size=16, case=CASE)
     ops = prepared.ops()
@@ -164,7 +164,7 @@ def test_minilm(minilm_precision, settings, backend, minilm, record_check, pytes
     else:
         current = MetricSet(embedding_metrics(fp32, sentence_embeddings(hidden, evaluation["attention_mask"])), {}, {})
     details.update(measure_probes(gates, current, None, 0,
-                                  lambda: backend.op_checks(CASE, precision, details.get("fp8_scales"))))
+                                  lambda: backend.op_checks(CASE, precision, details)))
     evaluations: list[Evaluation] = evaluate(gates, current, {})
     for e in evaluations:
         record_check(kind="accuracy", model=CASE, precision=precision, check=e.gate.check, value=e.value,
@@ -172,7 +172,7 @@ def test_minilm(minilm_precision, settings, backend, minilm, record_check, pytes
                      gating=e.gate.gating, passed=e.passed,
                      details={**e.details, **details, **({"reason": e.reason} if e.reason else {})})
     failed = [e for e in evaluations if e.gate.gating and not e.passed]
-    progress_line(pytestconfig, f"accuracy {CASE} {precision}: {'FAIL' if failed else 'pass'} "
+    progress(f"accuracy {CASE} {precision}: {'FAIL' if failed else 'pass'} "
                                 f"({', '.join(f'{k}={v:.5g}' for k, v in current.task.items())})")
     if failed:
         lines = [f"{CASE} (all-MiniLM-L6-v2, {count} real sentences) at {precision} on {settings.hardware} vs FP32:"]

@@ -13,14 +13,14 @@ import pytest
 
 from conformance.perf.scenario_run import plan_target
 from conformance.perf.virtual import max_server_qps
-from conformance.plugin import SETTINGS_KEY
+from conformance.settings.session import run_settings
 from conformance.targets.performance import load_performance_targets
 
 
 def pytest_generate_tests(metafunc):
     if "performance_target" not in metafunc.fixturenames:
         return
-    settings = metafunc.config.stash[SETTINGS_KEY]
+    settings = run_settings(metafunc.config)
     targets = load_performance_targets().for_hardware(settings.hardware, settings.precisions, settings.models)
     metafunc.parametrize("performance_target", targets, ids=[t.test_id for t in targets])
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conformance.accuracy import reference
-from conformance.plugin import SETTINGS_KEY
+from conformance.settings.session import run_settings
 from models import run_batched
 
 # A different BLAS or thread count changes FP32 sums in the last bits; anything beyond this is a real change.
@@ -15,7 +15,7 @@ REPRODUCTION_RTOL = 1e-4
 
 def pytest_generate_tests(metafunc):
     if "model_name" in metafunc.fixturenames:
-        models = metafunc.config.stash[SETTINGS_KEY].models
+        models = run_settings(metafunc.config).models
         assert models, "no models selected"
         metafunc.parametrize("model_name", models)
 

@@ -186,8 +186,11 @@ def _checked(where: str, value, kind, bounds):
     return value
 
 
-def apply_overrides(config, overrides: dict[str, Any]):
-    """A copy of the dataclass ``config`` with ``overrides``; unknown field names are a TypeError listing the valid ones."""
+def apply_overrides(config, overrides: dict[str, Any], *, from_text: bool = True):
+    """A copy of the dataclass ``config`` with ``overrides``; unknown field names are a TypeError listing the valid ones.
+    With ``from_text`` (``--set FIELD=VALUE``), a string given for a field that is not a string is parsed as the
+    field's type; without it (a config.json, whose values carry their JSON types), a string stays a string, and the
+    config's own checks refuse it where a number is due."""
     fields = {f.name: f for f in dataclasses.fields(config)}
     unknown = sorted(set(overrides) - set(fields))
     if unknown:
@@ -195,7 +198,7 @@ def apply_overrides(config, overrides: dict[str, Any]):
     converted = {}
     for key, value in overrides.items():
         current = getattr(config, key)
-        if isinstance(value, str) and current is not None and not isinstance(current, str):
+        if from_text and isinstance(value, str) and current is not None and not isinstance(current, str):
             value = _parse_field(f"{type(config).__name__}.{key}", value, current)
         converted[key] = value
     return dataclasses.replace(config, **converted)
@@ -240,7 +243,7 @@ def checkpoint_config(defaults, fields: dict[str, Any], source: str):
     """``defaults`` with the ``fields`` that a checkpoint's config.json gives (through :func:`apply_overrides`); a field
     the config dataclass refuses (TypeError, ValueError) is a CheckpointError naming config.json."""
     try:
-        return apply_overrides(defaults, fields)
+        return apply_overrides(defaults, fields, from_text=False)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{source}: bad config.json: {exc}") from None
 
@@ -369,7 +372,8 @@ def read_checkpoint(directory) -> tuple[dict[str, Any], CheckpointTensors]:
     most :data:`conformance.fileio.JSON_CONFIG_LIMIT` bytes, UTF-8, with finite numbers of sensible length."""
     path = Path(directory)
     if not path.is_dir():
-        raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist (expected config.json + model.safetensors)")
+        what = "does not exist" if not path.exists() else "is not a directory"
+        raise CheckpointError(f"checkpoint directory {str(path)!r} {what} (expected config.json + model.safetensors)")
     config_path = path / "config.json"
     weights_path = path / "model.safetensors"
     for needed in (config_path, weights_path):

@@ -18,8 +18,6 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from conformance.numerics.kernels import as_pair, conv2d_fp32
-
 Recorder = Callable[[str, np.ndarray], None]
 
 _SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
@@ -74,7 +72,7 @@ def gelu_fp32(x, approximate="none"):
 def contiguous(x):
     """``np.ascontiguousarray`` for an activation between ops (numpy's matmul is ~10x faster on a C-contiguous
     array than on a strided view). Layout is not part of what a model computes, so anything that is not an ndarray (a
-    graph recorder's symbolic tensor, see ``conformance.graphs``) passes unchanged."""
+    graph recorder's symbolic tensor) passes unchanged."""
     return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x
 
 
@@ -87,10 +85,82 @@ def sigmoid_fp32(x):
     return np.reciprocal(e, out=e)
 
 
-class Ops:
-    """FP32 reference ops (the ``cpu`` hardware). Subclasses change the precision; models only call these methods."""
+def as_pair(v) -> tuple[int, int]:
+    """An int or a pair of ints as a pair (unchecked: for validated arguments)."""
+    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
 
-    hardware = "cpu"
+
+def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
+    """NCHW convolution in float32: one sgemm ``W (O, C*kh*kw) @ cols (C*kh*kw, Ho*Wo)`` per sample and group, the
+    columns gathered tap by tap straight into that layout (no transposes of the output); 1x1 convs skip the gather,
+    depthwise convs are a sum over kernel taps."""
+    x = np.asarray(x, np.float32)
+    w = np.asarray(w, np.float32)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    sh, sw = as_pair(stride)
+    ph, pw = as_pair(padding)
+    dh, dw = as_pair(dilation)
+    if c != cg * groups or o % groups:
+        raise ValueError(f"conv2d: input has {c} channels, weight {tuple(w.shape)} with groups={groups} expects {cg * groups}")
+    if ph or pw:
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+    ho = (x.shape[2] - eh) // sh + 1
+    wo = (x.shape[3] - ew) // sw + 1
+    if groups == c and cg == 1 and o == c and groups > 1:
+        # channels last, so that each tap's per-channel weight runs along the contiguous axis
+        xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # (N, H, W, C)
+        wl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))  # (kh, kw, C)
+        out = np.zeros((n, ho, wo, c), np.float32)
+        product = np.empty_like(out)
+        for i in range(kh):
+            for j in range(kw):
+                tap = xl[:, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+                np.multiply(tap, wl[i, j], out=product)
+                out += product
+        return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+    if kh == 1 and kw == 1:
+        cols = x[:, :, : sh * (ho - 1) + 1: sh, : sw * (wo - 1) + 1: sw]
+        cols = np.ascontiguousarray(cols).reshape(n, groups, cg, ho * wo)  # (N, G, Cg, Ho*Wo)
+    else:
+        cols = np.empty((n, c, kh, kw, ho, wo), np.float32)
+        for i in range(kh):
+            for j in range(kw):
+                cols[:, :, i, j] = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+        cols = cols.reshape(n, groups, cg * kh * kw, ho * wo)  # (N, G, Cg*kh*kw, Ho*Wo)
+    wg = w.reshape(groups, o // groups, cg * kh * kw)  # (G, O/G, Cg*kh*kw)
+    out = np.empty((n, groups, o // groups, ho * wo), np.float32)
+    for b in range(n):  # one sgemm each: a broadcast matmul would not call BLAS
+        for g in range(groups):
+            np.matmul(wg[g], cols[b, g], out=out[b, g])
+    return out.reshape(n, o, ho, wo)
+
+
+def sample_values(x, count: int) -> np.ndarray:
+    """Up to ``count`` values of an op's output ``x`` (float32, flattened), for recorders and observers that must not
+    hold whole activations: positions drawn once per size, seeded, so two tensors of one shape are sampled at the same
+    positions. A strided subsample would alias with the feature axis (a stride of 48 over rows of 384 features sees 8
+    of them) and miss the outlier features that decide a quantization scale or an error profile."""
+    flat = np.asarray(x, np.float32).reshape(-1)
+    if flat.size <= count:
+        return flat.copy()
+    return flat[_positions(flat.size, count)]
+
+
+_POSITIONS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _positions(size: int, count: int) -> np.ndarray:
+    key = (size, count)
+    if key not in _POSITIONS:
+        _POSITIONS[key] = np.sort(np.random.default_rng([size, count]).choice(size, count, replace=False))
+    return _POSITIONS[key]
+
+
+class Ops:
+    """FP32 reference ops. Subclasses change the precision; models only call these methods."""
+
     precision = "fp32"
 
     def __init__(self, recorder: Recorder | None = None):

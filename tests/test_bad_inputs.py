@@ -23,11 +23,21 @@ from conformance.cli import main as cli_main
 from conformance.hardware.ipu import policy
 from conformance.report import record as results_record
 from conformance.hardware.ipu.timing import chips, cost, fit
-from conformance.targets import accuracy, audit, performance, profiles, regression
+from conformance.targets import accuracy, audit, label_floors, performance, profiles, regression
 from models import CheckpointError, load_model
 from tests.test_models_config import FIRST, _widedeep_checkpoint
 from tests.test_report_shard_merge import split_sample
-from tests.test_report_verify import EARLIER, F1, fail_test, nothing_judged, passing_results
+from tests.test_report_verify import (
+    EARLIER,
+    F1,
+    RELATIVE,
+    as_merged,
+    fail_test,
+    merged_passing,
+    nothing_judged,
+    passing_results,
+    relative,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = ["-q", "--hardware", "ipu", "--profile", "smoke", "--model", "widedeep"]
@@ -36,7 +46,8 @@ SELECT_NOTHING = ["-k", "no_test_has_this_name"]  # where --co would skip the ch
 # every cached loader of a data file: cleared around each row, so that a patched file constant is read
 LOADERS = (performance.load_performance_targets, profiles.load_profiles, profiles.reference_samples,
            audit.load_audit_config, policy.load_precisions, chips.load_devices, cost.load_constants,
-           cost.load_calibration, cost.calibration_hash, cost._execution_table, accuracy._load_targets)
+           cost.load_calibration, cost.calibration_hash, cost._execution_table, accuracy._load_targets,
+           label_floors.load_label_floors)
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,7 @@ CALIB = "conformance.hardware.ipu.timing.cost:CALIBRATION_FILE"
 EXEC = "conformance.hardware.ipu.timing.cost:EXECUTION_FILE"
 PUBL = "conformance.hardware.ipu.timing.fit:PUBLISHED_FILE"
 ACC = "conformance.targets.accuracy:ACCURACY_FILE"
+FLOORS = "conformance.targets.label_floors:FLOORS_FILE"
 WIDEDEEP_FP8 = '[ipu.widedeep.fp8]\naccuracy = { of = "fp32", ratio = 0.99'
 XFAIL_HEADER = "[temporarily-failing]\n"
 PREDICT = ("predict", "resnet50", "--precision", "fp16", "--batch-size", "2")
@@ -272,23 +284,23 @@ CASES = [
          name="execution-number-as-bool"),
     data(CALIB, "amp_efficiency = 0.", "amp_efficiency = 1.", "parameters.amp_efficiency", "less than or equal to 1",
          name="calibration-efficiency-above-one"),
-    # -- the same files through the CLI (its errors exit 2) ----------------------------------------------------------
-    data(PUBL, "qps = 7062", "qps = -7062", "row[0].qps = -7062", entry="cli", args=("calibrate", "--check"), code=2,
+    # -- the same files through the CLI (its errors exit 4) ----------------------------------------------------------
+    data(PUBL, "qps = 7062", "qps = -7062", "row[0].qps = -7062", entry="cli", args=("calibrate", "--check"), code=4,
          name="published-negative-qps"),
     data(PUBL, "fit = false\nreason", "fit = false\nreasons", "unknown key 'reasons'", entry="cli",
-         args=("calibrate", "--check"), code=2, name="published-unknown-key"),
-    data(CHIPS, "host_gbps = 32.0", "host_gbps = -32.0", "c600.host_gbps = -32.0", entry="cli", args=PREDICT, code=2,
+         args=("calibrate", "--check"), code=4, name="published-unknown-key"),
+    data(CHIPS, "host_gbps = 32.0", "host_gbps = -32.0", "c600.host_gbps = -32.0", entry="cli", args=PREDICT, code=4,
          name="predict-bad-chip-file"),
     # -- predict's own arguments -------------------------------------------------------------------------------------
-    Bad("predict-clients-zero", entry="cli", args=(*PREDICT, "--clients", "0"), code=2, says=("--clients",)),
-    Bad("predict-set-not-a-number", entry="cli", args=(*PREDICT, "--set", "image_size=abc"), code=2,
+    Bad("predict-clients-zero", entry="cli", args=(*PREDICT, "--clients", "0"), code=4, says=("--clients",)),
+    Bad("predict-set-not-a-number", entry="cli", args=(*PREDICT, "--set", "image_size=abc"), code=4,
         says=("image_size", "expects an integer", "'abc'")),
     Bad("predict-batch-does-not-fit", entry="cli", args=(*PREDICT[:-1], "100000"), code=1,
         says=("does not fit", "--allow-overflow")),
-    Bad("predict-unknown-device", entry="cli", args=(*PREDICT, "--device", "h100"), code=2, says=("h100", "c600")),
+    Bad("predict-unknown-device", entry="cli", args=(*PREDICT, "--device", "h100"), code=4, says=("h100", "c600")),
     # -- report CLI --------------------------------------------------------------------------------------------------
-    Bad("report-missing-file", entry="cli", args=("report", "{tmp}/none.json"), code=2, says=("none.json",)),
-    Bad("report-not-results", entry="cli", args=("report", "{tmp}/list.json"), setup=_file("list.json", "[1]"), code=2,
+    Bad("report-missing-file", entry="cli", args=("report", "{tmp}/none.json"), code=4, says=("none.json",)),
+    Bad("report-not-results", entry="cli", args=("report", "{tmp}/list.json"), setup=_file("list.json", "[1]"), code=4,
         says=("list.json",)),
     # -- checkpoints -------------------------------------------------------------------------------------------------
     Bad("checkpoint-int-tensor", entry="checkpoint", setup=_checkpoint(lambda k, v: v.astype(np.int64) if k == FIRST[0] else v),
@@ -328,7 +340,7 @@ CASES = [
     data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = true, tier',
          "ratio = True is not a number", name="accuracy-ratio-bool"),
     data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = 1.5, tier',
-         "ratio = 1.5 is outside (0, 1]", name="accuracy-ratio-above-one"),
+         "ratio = 1.5 is outside [0.5, 1]", name="accuracy-ratio-above-one"),
     data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = 0.99, tire',
          "unknown key(s) ['tire']", name="accuracy-unknown-key"),
     data(ACC, "snr_db = { min = 10.0 }", "snr_db = { max = 10.0 }", "snr_db takes a min bound", name="accuracy-wrong-side"),
@@ -407,6 +419,189 @@ CASES += [
     Bad("baseline-only-nulls", args=("--baseline", "{tmp}/b.json", "--report-dir", "{tmp}/earlier"),
         setup=_results("b.json", _nulls, verdict=True),
         says=("--baseline", "b.json", "compares nothing"), untouched=KEPT),
+]
+
+
+def _fifo(name: str) -> Callable[[Path], None]:
+    def make(tmp_path: Path) -> None:
+        os.mkfifo(tmp_path / name)
+    return make
+
+
+def _merged(name: str, change: Callable[[dict], object]) -> Callable[[Path], None]:
+    """The passing run, cut into two shards and merged, changed by ``change``, at ``name``; an earlier report beside."""
+    return _results(name, as_merged(change))
+
+
+def _passing_shards(tmp_path: Path) -> None:
+    """The passing run's two shards, shard1.json and shard2.json, as their runs wrote them; an earlier report beside."""
+    merged = merged_passing()
+    for index, source in enumerate(merged["merged_from"], start=1):
+        data = passing_results()
+        data["settings"]["shard"] = source["shard"]
+        (tmp_path / f"shard{index}.json").write_text(json.dumps(data))
+    _earlier(tmp_path)
+
+
+def _audit_hidden(data: dict) -> None:
+    """An audit whose figure failed, marked passed and "not established" (which explains no pass)."""
+    next(r for r in data["records"] if r["kind"] == "audit").update(value=0.0, target=1.0, op=">=", passed=True,
+                                                                     established=False)
+
+
+def _damaged_weights(tmp_path: Path) -> None:
+    _checkpoint()(tmp_path)
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+
+
+def _weights_fifo(tmp_path: Path) -> None:
+    _checkpoint()(tmp_path)
+    (tmp_path / "ckpt" / "model.safetensors").unlink()
+    os.mkfifo(tmp_path / "ckpt" / "model.safetensors")
+
+
+def _config_text(text: bytes) -> Callable[[Path], None]:
+    def make(tmp_path: Path) -> None:
+        _checkpoint()(tmp_path)
+        (tmp_path / "ckpt" / "config.json").write_bytes(text)
+    return make
+
+
+EXTRA = ("--report-dir", "{tmp}/earlier")  # the earlier report a refused run must leave as it was
+NOT_UTF8 = XFAIL_HEADER.encode() + b"test_accuracy[widedeep-fp8] snr_db \xff why\n"
+CASES += [
+    # -- special, damaged and hostile files where a results.json is read -----------------------------------------------
+    Bad("baseline-dev-zero", args=("--baseline", "/dev/zero", *EXTRA), setup=_earlier,
+        says=("--baseline /dev/zero", "a character device", "expected a results.json"), untouched=KEPT),
+    Bad("baseline-fifo", args=("--baseline", "{tmp}/b.json", *EXTRA), setup=_both(_fifo("b.json"), _earlier),
+        says=("b.json", "a FIFO"), untouched=KEPT),
+    Bad("baseline-directory", args=("--baseline", "{tmp}/earlier", *EXTRA), setup=_earlier,
+        says=("--baseline", "earlier: a folder"), untouched=KEPT),
+    Bad("baseline-nested-100000-deep", args=("--baseline", "{tmp}/b.json", *EXTRA),
+        setup=_both(_file("b.json", "[" * 100_000), _earlier), says=("b.json", "nested too deeply"), untouched=KEPT),
+    Bad("baseline-number-1e999", args=("--baseline", "{tmp}/b.json", *EXTRA),
+        setup=_both(_file("b.json", '{"schema": 1e999}'), _earlier), says=("b.json:1", "1e999", "not a finite number"),
+        untouched=KEPT),
+    Bad("baseline-nan", args=("--baseline", "{tmp}/b.json", *EXTRA),
+        setup=_both(_file("b.json", '{"schema": NaN}'), _earlier), says=("b.json:1", "NaN"), untouched=KEPT),
+    Bad("baseline-5000-digits", args=("--baseline", "{tmp}/b.json", *EXTRA),
+        setup=_both(_file("b.json", '{"schema": ' + "7" * 5000 + "}"), _earlier), says=("b.json:1", "5000 characters"),
+        untouched=KEPT),
+    Bad("baseline-not-utf8", args=("--baseline", "{tmp}/b.json", *EXTRA),
+        setup=_both(_file("b.json", b'{"schema": "\xff"}'), _earlier), says=("b.json:1", "not UTF-8"), untouched=KEPT),
+    Bad("baseline-empty", args=("--baseline", "{tmp}/b.json", *EXTRA), setup=_both(_file("b.json", ""), _earlier),
+        says=("b.json", "not valid JSON"), untouched=KEPT),
+    Bad("baseline-merged-shard-dropped", args=("--baseline", "{tmp}/b.json", *EXTRA),
+        setup=_merged("b.json", lambda d: d["merged_from"].pop()),
+        says=("--baseline", "b.json", "inconsistent results file", "2/2 missing, but missing_shards lists none"),
+        untouched=KEPT),
+    Bad("baseline-not-established-shown-established", args=("--baseline", "{tmp}/b.json", *EXTRA),
+        setup=_results("b.json", lambda d: relative(d, [0.98, 1.0], True)),
+        says=("--baseline", "b.json", RELATIVE, "established is true, but"), untouched=KEPT),
+    Bad("baseline-audit-passed-as-not-established", args=("--baseline", "{tmp}/b.json", *EXTRA),
+        setup=_results("b.json", _audit_hidden), says=("b.json", "passed is true, but value 0.0 >= target 1.0"),
+        untouched=KEPT),
+    Bad("report-dev-zero", entry="cli", args=("report", "/dev/zero", *OUT), setup=_earlier, code=4,
+        says=("/dev/zero", "a character device"), untouched=KEPT),
+    Bad("report-fifo", entry="cli", args=("report", R, *OUT), setup=_both(_fifo("r.json"), _earlier), code=4,
+        says=("r.json", "a FIFO"), untouched=KEPT),
+    Bad("report-nested-100000-deep", entry="cli", args=("report", R, *OUT),
+        setup=_both(_file("r.json", "{\"a\": " * 100_000), _earlier), code=4, says=("r.json", "nested too deeply"),
+        untouched=KEPT),
+    Bad("report-infinity", entry="cli", args=("report", R, *OUT), setup=_both(_file("r.json", "[Infinity]"), _earlier),
+        code=4, says=("r.json:1", "Infinity"), untouched=KEPT),
+    Bad("report-compare-dev-zero", entry="cli", args=("report", "compare", "{tmp}/earlier/results.json", "/dev/zero"),
+        setup=_earlier, code=4, says=("/dev/zero", "a character device"), untouched=KEPT),
+    Bad("report-not-established-shown-established", entry="cli", args=("report", R, *OUT),
+        setup=_results("r.json", lambda d: relative(d, [0.98, 1.0], True)),
+        says=("r.json", RELATIVE, "established is true, but its ratio's 95% interval [0.98, 1.0]"), untouched=KEPT),
+    Bad("report-below-label-floor-shown-established", entry="cli", args=("report", R, *OUT),
+        setup=_results("r.json", lambda d: relative(d, [0.995, 1.0], True, {"fp32": 0.0, "floor": 0.05})),
+        says=("r.json", "its FP32 score 0.0 is at or below the floor 0.05"), untouched=KEPT),
+    Bad("report-audit-passed-as-not-established", entry="cli", args=("report", R, *OUT),
+        setup=_results("r.json", _audit_hidden), says=("r.json", "passed is true, but value 0.0 >= target 1.0 is false"),
+        untouched=KEPT),
+    Bad("report-merged-shard-dropped", entry="cli", args=("report", R, *OUT),
+        setup=_merged("r.json", lambda d: d["merged_from"].pop()),
+        says=("r.json", "merged from shards 1/2 of 2: 2/2 missing"), untouched=KEPT),
+    Bad("report-merged-file-called-a-shard", entry="cli", args=("report", R, *OUT),
+        setup=_merged("r.json", lambda d: d["settings"].update(shard="2/2")),
+        says=("r.json", "settings.shard is '2/2'"), untouched=KEPT),
+    Bad("report-merged-of-two-splits", entry="cli", args=("report", "validate", R),
+        setup=_merged("r.json", lambda d: d["merged_from"][1].update(shard="2/3")),
+        says=("r.json", "not parts of one split")),
+    Bad("report-compare-merged-tampered", entry="cli", args=("report", "compare", "{tmp}/earlier/results.json", R, *OUT),
+        setup=_merged("r.json", lambda d: d["merged_from"].__setitem__(1, dict(d["merged_from"][0]))),
+        says=("r.json", "merged_from names a shard twice"), untouched=KEPT),
+    Bad("report-validate-not-established", entry="cli", args=("report", "validate", R),
+        setup=_results("r.json", lambda d: relative(d, [0.995, 1.0], False)),
+        says=("r.json", "established is false, but", "gives true")),
+    Bad("report-same-shard-twice", entry="cli", args=("report", "{tmp}/shard1.json", "{tmp}/shard1.json", *OUT),
+        setup=_passing_shards, says=("shard1.json", "is also in"), untouched=KEPT),
+    # -- special and damaged files given as options ----------------------------------------------------------------------
+    Bad("xfail-file-dev-zero", args=("--xfail-file", "/dev/zero"), says=("--xfail-file /dev/zero", "not a regular file")),
+    Bad("xfail-file-fifo", args=("--xfail-file", "{tmp}/x.txt"), setup=_fifo("x.txt"),
+        says=("--xfail-file", "x.txt", "not a regular file")),
+    Bad("xfail-file-not-utf8", args=("--xfail-file", "{tmp}/x.txt"), setup=_file("x.txt", NOT_UTF8),
+        says=("--xfail-file", "x.txt", "utf-8")),
+    Bad("user-dataset-dev-zero", args=("--dataset", "widedeep=/dev/zero"),
+        says=("--dataset widedeep=/dev/zero", "a character device")),
+    Bad("user-calibration-fifo", args=("--calibration", "widedeep={tmp}/rows.tsv"), setup=_fifo("rows.tsv"),
+        says=("--calibration widedeep=", "rows.tsv", "a FIFO")),
+    Bad("user-checkpoint-is-a-device", args=("--checkpoint", "widedeep=/dev/null"),
+        says=("--checkpoint widedeep=/dev/null", "is not a directory")),
+    Bad("report-dir-dev-null", args=("--report-dir", "/dev/null"), says=("--report-dir /dev/null",)),
+    Bad("shard-zero-of-zero", args=("--shard", "0/0"), says=("--shard", "'0/0'", "1 <= I <= N")),
+    Bad("shard-not-numbers", args=("--shard", "a/b"), says=("--shard", "'a/b'", "I/N with integers")),
+    Bad("user-samples-negative", args=("--samples", "-3"), says=("--samples", "'-3'", "positive integer")),
+    Bad("user-samples-float", args=("--samples", "widedeep=1e3"), says=("'widedeep=1e3'", "positive integer")),
+    Bad("model-only-a-comma", args=("--model", ","), says=("--model", "empty model name")),
+    # -- the data files: numbers that mean nothing ------------------------------------------------------------------------
+    data(REGR, "rel = 0.001", "rel = 1000000", "accuracy.rel = 1000000", "less than 1", name="regression-rel-million"),
+    data(REGR, "rel = 0.001", "rel = inf", "accuracy.rel = inf", "not a finite number", name="regression-rel-inf"),
+    data(REGR, "rel = 0.001", "rel = 1.0", "accuracy.rel = 1.0", "less than 1", name="regression-rel-all-of-it"),
+    data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = 1e-12, tier',
+         "ratio = 1e-12 is outside [0.5, 1]", name="accuracy-ratio-vanishing"),
+    data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = nan, tier',
+         "not a finite number", name="accuracy-ratio-nan"),
+    data(PROF, "min_duration_ms = 300", "min_duration_ms = 9223372036854775807",
+         "smoke.performance.min_duration_ms = 9223372036854775807", "less than or equal to 3600000",
+         name="profile-duration-int64-max"),
+    data(PROF, "min_duration_ms = 300", "min_duration_ms = 300.5", "smoke.performance.min_duration_ms = 300.5",
+         "valid integer", name="profile-duration-float"),
+    data(PROF, "widedeep = 1024 }\nbatch_size", "widedeep = 1000000000000 }\nbatch_size",
+         "smoke.samples.widedeep = 1000000000000", "less than or equal to 1000000", name="profile-samples-trillion"),
+    data(PERF, "Offline = 24560", "Offline = 1e15", "Offline = 1000000000000000.0", "less than or equal to 1000000000",
+         name="perf-target-1e15"),
+    data(PERF, "[targets.widedeep.ipu.fp16]\nSingleStream = 1.6", "[targets.widedeep.ipu.fp16]\nSingleStream = nan",
+         "SingleStream = nan", "not a finite number", name="perf-target-nan"),
+    data(PERF, "Offline = 24560", "Offline = 24560\nOffline = 1", "not valid TOML", name="perf-key-twice"),
+    data(AUDIT, "remeasure = 1", "remeasure = 1000000000", "TEST04.remeasure = 1000000000", "less than or equal to 3",
+         name="audit-remeasure-billion"),
+    data(AUDIT, "accuracy_delta = 0.01", "accuracy_delta = 0", "TEST01.accuracy_delta = 0", "greater than 0",
+         name="audit-delta-zero"),
+    data(FLOORS, "squad_f1 = 0.05", "squad_f1 = 0", "squad_f1 = 0", "greater than 0", name="label-floor-zero"),
+    data(FLOORS, "squad_f1 = 0.05", "squad_f1 = -0.5", "squad_f1 = -0.5", "greater than 0", name="label-floor-negative"),
+    data(FLOORS, "squad_f1 = 0.05", 'squad_f1 = "0.05"', "squad_f1", "valid number", name="label-floor-string"),
+    # -- a checkpoint's files ----------------------------------------------------------------------------------------------
+    Bad("checkpoint-config-bool-size", entry="checkpoint", setup=_checkpoint(config=lambda c: {**c, "embedding_dim": True}),
+        code=None, raises=CheckpointError, says=("config.json", "embedding_dim = True", "expected an integer")),
+    Bad("checkpoint-config-string-size", entry="checkpoint", setup=_checkpoint(config=lambda c: {**c, "embedding_dim": "4"}),
+        code=None, raises=CheckpointError, says=("config.json", "embedding_dim = '4'", "expected an integer")),
+    Bad("checkpoint-config-float-size", entry="checkpoint", setup=_checkpoint(config=lambda c: {**c, "embedding_dim": 4.0}),
+        code=None, raises=CheckpointError, says=("config.json", "embedding_dim = 4.0", "expected an integer")),
+    Bad("checkpoint-config-nan", entry="checkpoint", setup=_config_text(b'{"model_type": "widedeep", "x": NaN}'),
+        code=None, raises=CheckpointError, says=("config.json:1", "NaN")),
+    Bad("checkpoint-config-cut-short", entry="checkpoint", setup=_config_text(b'{"model_type": "wide'),
+        code=None, raises=CheckpointError, says=("config.json:1", "not valid JSON")),
+    Bad("checkpoint-config-missing", entry="checkpoint",
+        setup=lambda tmp: (_checkpoint()(tmp), (tmp / "ckpt" / "config.json").unlink()),
+        code=None, raises=CheckpointError, says=("ckpt", "lacks config.json")),
+    Bad("checkpoint-weights-truncated", entry="checkpoint", setup=_damaged_weights, code=None, raises=CheckpointError,
+        says=("model.safetensors", "corrupted or truncated")),
+    Bad("checkpoint-weights-fifo", entry="checkpoint", setup=_weights_fifo, code=None, raises=CheckpointError,
+        says=("model.safetensors", "a FIFO")),
 ]
 
 
@@ -504,7 +699,7 @@ def _first_changed_line(before: str, after: str) -> int:
 
 def test_the_table_is_large_and_its_ids_distinct():
     ids = [case.id for case in CASES]
-    assert len(ids) >= 40 and len(set(ids)) == len(ids)
+    assert len(ids) >= 150 and len(set(ids)) == len(ids)
 
 
 @pytest.mark.parametrize("file", [PERF, PROF, AUDIT, REGR, PREC, CHIPS, TIMING, CALIB, EXEC, PUBL])

@@ -253,7 +253,7 @@ def test_export_command_bad_inputs_are_clear_errors(case, tmp_path, capsys):
     (tmp_path / "ck" / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}garbage")
     if "--out" not in args:
         args += ["--out", str(out)]
-    assert main(["export", *args]) == 2
+    assert main(["export", *args]) == 4
     err = capsys.readouterr().err
     assert err.startswith("ipu-conformance export: error: ")
     assert all(text in err for text in says), err
@@ -262,9 +262,9 @@ def test_export_command_bad_inputs_are_clear_errors(case, tmp_path, capsys):
 
 def test_export_command_refuses_another_precision(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
-        main(["export", "widedeep", "--precision", "fp16", "--out", str(tmp_path / "g.onnx")])
-    assert exited.value.code == 2
-    assert "invalid choice: 'fp16'" in capsys.readouterr().err
+        main(["export", "widedeep", "--precision", "int8", "--out", str(tmp_path / "g.onnx")])
+    assert exited.value.code == 4
+    assert "invalid choice: 'int8'" in capsys.readouterr().err
 
 
 def test_weights_over_the_protobuf_limit_go_to_a_data_file(tmp_path, monkeypatch, small):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conformance.hardware import ENTRY_POINT_GROUP
+from conformance.hardware.base import FP32_DATA_TYPES
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "halfmatmul"
@@ -144,3 +145,15 @@ def test_a_target_the_backend_cannot_run_is_a_usage_error_before_any_test(instal
     assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
     err = result.stderr + result.stdout
     assert "widedeep-fp16-SingleStream" in err and "does not run the SingleStream scenario" in err
+
+
+def test_what_the_backend_does_not_declare_has_generic_answers(tmp_path):
+    """The generic parts ask every backend the same questions; a backend that declares only how it computes and how it
+    is driven has no op checks, no model of its device, and precisions that the report calls by their names."""
+    namespace = {"__file__": str(tmp_path / "halfmatmul_backend.py"), "__name__": "halfmatmul_backend"}
+    exec(compile(textwrap.dedent(BACKEND), namespace["__file__"], "exec"), namespace)
+    backend = namespace["HalfMatmulBackend"]()
+    assert backend.op_checks("widedeep", "fp16", {}) is None
+    assert backend.predicted_throughput("widedeep", "fp16", [1, 2], 1) is None and backend.timing_model() is None
+    assert backend.data_types("fp16") == dict.fromkeys(FP32_DATA_TYPES, "fp16")
+    assert backend.data_types("fp32") == FP32_DATA_TYPES

@@ -13,10 +13,13 @@ import pytest
 
 from conformance import numerics
 from conformance.hardware import UnsupportedCombination, get_backend
+from conformance.hardware.base import DATA_TYPE_KEYS, FP32_DATA_TYPES
 from conformance.hardware.ipu import fp8_scales as calibration
 from conformance.hardware.ipu.backend import IpuBackend
 from conformance.hardware.ipu.ops import Fp8Plan, IpuOps
-from conformance.hardware.ipu.policy import Fp8Settings, load_precisions
+from conformance.hardware.ipu.policy import EXTRA_FP8_CASES, Fp8Settings, load_precisions
+from conformance.hardware.ipu.simulated import ServiceTimes
+from conformance.hardware.ipu.timing.predict import shape_only_model
 from models import load_model
 
 POLICIES, FP8_SETTINGS = load_precisions()
@@ -51,7 +54,7 @@ def test_backend_offers_the_named_precisions():
 def test_every_model_has_fp8_settings():
     from models import MODEL_NAMES
 
-    assert set(FP8_SETTINGS) == set(MODEL_NAMES) | {"minilm"}
+    assert set(FP8_SETTINGS) == set(MODEL_NAMES) | set(EXTRA_FP8_CASES)
     assert FP8_SETTINGS["resnet50"].skip == ("resnet.encoder.stages.0.layers.0.shortcut.convolution",)
 
 
@@ -79,6 +82,36 @@ def test_model_without_fp8_settings_is_an_unsupported_combination(tmp_path):
     assert "widedeep at fp8: no FP8 settings" in backend.accuracy_support("widedeep", "fp8")
     with pytest.raises(UnsupportedCombination, match="widedeep at fp8: no FP8 settings"):
         backend.prepare(load_model("widedeep", hidden_sizes=(16,), bucket_sizes=(50,) * 26), "fp8")
+
+
+def test_data_types_say_what_each_policy_holds():
+    """The report's data types come from the policies: FP8 weights where the policy quantizes weights, FP8 inputs
+    only where it quantizes activations too, the storage format everywhere else."""
+    backend = get_backend("ipu")
+    for precision in backend.precisions:
+        policy = backend.policy(precision)
+        types = backend.data_types(precision)
+        assert tuple(types) == DATA_TYPE_KEYS
+        assert types["weight_data_types"].startswith("fp8") == policy.uses_fp8, (precision, types)
+        assert ("fp8" in types["input_data_types"]) == (policy.fp8 == "all"), (precision, types)
+        assert types["input_data_types"].startswith("fp16") and "fp32" not in types["weight_data_types"]
+    assert backend.data_types("fp32") == get_backend("cpu").data_types("fp32") == FP32_DATA_TYPES
+    with pytest.raises(ValueError, match="unknown precision 'int4'"):
+        backend.data_types("int4")
+
+
+def test_predicted_throughput_is_the_simulated_device_s_timing():
+    """The throughput the report draws per device batch is the one the simulated device is timed with: a batch of b
+    samples takes the ServiceTimes occupancy of b units (one row a sample for resnet50)."""
+    backend = get_backend("ipu")
+    batches = [1, 2, 4, 8]
+    curve = backend.predicted_throughput("resnet50", "fp8", batches, 1)
+    times = ServiceTimes(shape_only_model("resnet50"), "fp8", max(batches), backend.chip)
+    assert curve["samples_per_s"] == [b / times(b)[0] for b in batches]
+    assert len(curve["fits"]) == len(batches) and curve["packed"] is False
+    fitting = curve["fits"]
+    assert fitting == sorted(fitting, reverse=True), "a batch that does not fit is followed by none that does"
+    assert get_backend("cpu").predicted_throughput("resnet50", "fp32", batches, 1) is None
 
 
 # -- FP16 ----------------------------------------------------------------------------------------------------------

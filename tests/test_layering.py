@@ -1,6 +1,7 @@
 """The project's imports run one way: the pytest surface and CLI -> accuracy / perf / report / targets -> hardware ->
-models -> numerics (-> the file helpers), without cycles between the packages of a layer, and without imports hidden
-inside functions (except optional dependencies deferred until used)."""
+numerics -> models (-> the file helpers), without cycles between the packages of a layer, and without imports hidden
+inside functions (except optional dependencies deferred until used). ``models/`` is a package of its own: the FP32
+models and their ops seam, which the suite computes through and which knows nothing of the suite."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 # Layer of each part, top (0) to bottom: a module may import its own part, a part of a lower layer, or a part of its
 # layer that does not import it back (checked below).
 LAYERS = {
-    "conformance": 0,  # plugin, conftest, settings, test modules
+    "conformance": 0,  # plugin, conftest, test modules
     "conformance.cli": 0,
+    "conformance.settings": 0,  # the options and RunSettings: read by the plugin, the suites and their fixtures
     "conformance.accuracy": 1,
     "conformance.datasets": 1,
     "conformance.graphs": 1,
@@ -23,8 +25,9 @@ LAYERS = {
     "conformance.report": 1,
     "conformance.targets": 1,
     "conformance.hardware": 2,
-    "models": 3,
-    "conformance.numerics": 4,
+    "conformance.distributed": 2,  # the engine that runs an accuracy run's batches as tasks
+    "conformance.numerics": 3,  # the emulator's formats and kernels (float partials: the models' FP32 convolution)
+    "models": 4,
     "conformance.fileio": 5,
     "conformance.datafiles": 5,
 }
@@ -125,3 +128,20 @@ def test_no_imports_inside_functions_except_deferred_optional_dependencies():
 ])
 def test_parts_are_found_by_prefix(module, expected):
     assert _part(module) == expected
+
+
+def test_nothing_imports_the_plugin():
+    """pytest loads the plugin by its entry point; the suites and the CLI read the settings from conformance.settings."""
+    importers = [f"{path.relative_to(REPO)}:{line}" for path in _sources() for line, module, _ in _imports(path)
+                 if module == "conformance.plugin"]
+    assert not importers, f"modules that import the plugin: {importers}"
+
+
+@pytest.mark.xfail(strict=True, reason="models/base.py reads checkpoints with conformance.fileio's bounded readers, "
+                                       "which are still to move below models/")
+def test_models_import_nothing_from_the_suite():
+    """A backend's ops and the suite's reference run the same model code: models/ imports no part of conformance/."""
+    found = [f"{path.relative_to(REPO)}:{line} imports {module}" for path in _sources()
+             if _part(_module_name(path)) == "models" for line, module, _ in _imports(path)
+             if module == "conformance" or module.startswith("conformance.")]
+    assert not found, "\n".join(found)

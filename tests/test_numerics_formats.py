@@ -11,6 +11,7 @@ from gfloat.formats import format_info_p3109
 from gfloat.types import Domain, Signedness
 
 from conformance.numerics import decode, encode, format_info, quantize, round_inplace
+from conformance.numerics.formats import round_op
 
 FP8 = {
     "f143": (ml_dtypes.float8_e4m3fnuz, format_info_p3109(8, 4, Signedness.Signed, Domain.Finite)),
@@ -357,3 +358,15 @@ def test_bad_thread_count_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CONFORMANCE_THREADS", "two")
     with pytest.raises(ValueError, match="CONFORMANCE_THREADS must be a positive integer, got 'two'"):
         quantize(np.zeros(3_000_000, np.float32), "f16")
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_round_op_of_a_transposed_view_and_a_broadcast_operand_is_the_rounded_op(op):
+    """A non-contiguous ``a`` (a transposed view, as attention heads are) with a broadcast ``b``: numpy hands back its
+    result in ``a``'s layout; the rounding must still land on every element."""
+    rng = np.random.default_rng(7)
+    t = quantize(rng.standard_normal((2, 40, 32)).astype(np.float32), "f16").reshape(2, 40, 4, 8).transpose(0, 2, 1, 3)
+    b = rng.standard_normal((40, 8)).astype(np.float32)
+    expected = quantize({"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](t, b, dtype=np.float32), "f16")
+    got = round_op(op, t, b)
+    assert got.flags.c_contiguous and np.array_equal(got.view(np.uint32), expected.view(np.uint32))

@@ -16,7 +16,6 @@ from conformance.hardware import get_backend
 from conformance.hardware.ipu import op_checks as checks
 from conformance.hardware.ipu.backend import IpuBackend
 from conformance.hardware.ipu.faults import FAULTS, get_fault
-from conformance.hardware.ipu.ops import IpuOps
 from conformance.targets import accuracy as accuracy_targets
 from models import load_model
 from models.seeds import EVAL_SEED
@@ -40,7 +39,7 @@ def _backend_with(model: str, **settings) -> IpuBackend:
 def test_the_correct_emulator_has_no_mismatches(model, precision):
     backend = get_backend("ipu")
     policy = backend.policy(precision)
-    mismatches, details = backend.op_checks(model, precision, {})
+    mismatches, details = backend.op_checks(model, precision, {"fp8_scales": {}})  # a run that quantized nothing
     probes = details["probes"]
     assert mismatches == 0, {k: p["first_mismatch"] for k, p in probes.items()}
     expected = {"fp16_add", "fp16_mul", "accumulation"}
@@ -69,7 +68,7 @@ def test_fp8_without_settings_is_an_error_naming_the_file():
     with pytest.raises(ValueError, match=r"precisions.toml has no \[fp8.widedeep\] table"):
         backend.op_checks("widedeep", "fp8", {})
     with pytest.raises(ValueError, match=r"none were given"):
-        get_backend("ipu").op_checks("resnet50", "fp8", None)
+        get_backend("ipu").op_checks("resnet50", "fp8", {})  # a run whose details have no FP8 scales
 
 
 # -- the faults -------------------------------------------------------------------------------------------------------
@@ -116,17 +115,17 @@ def test_the_skip_list_is_checked_against_the_run_s_scales():
     skip = backend.fp8_settings["resnet50"].skip
     assert skip
 
-    def run_scales():
-        plan = backend.fp8_plan(model, "fp8", batch_size=1, calibration_inputs=inputs)
-        ops = IpuOps(backend.policy("fp8"), fp8_plan=plan)
+    def run_details():
+        prepared = backend.prepare(model, "fp8", inputs, batch_size=1)
+        ops = prepared.ops()
         model(inputs, ops)
-        return ops.scales_used
+        return prepared.details(ops)
 
-    correct = run_scales()
+    correct = run_details()
     mismatches, details = backend.op_checks("resnet50", "fp8", correct)
     assert mismatches == 0 and details["probes"]["skip_list"]["compared"] == len(skip)
     with get_fault("fp8-skip-ignored").inject() as injection:
-        faulty = run_scales()
+        faulty = run_details()
         mismatches, details = backend.op_checks("resnet50", "fp8", faulty)
     assert injection.changed > 0
     probe = details["probes"]["skip_list"]

@@ -51,6 +51,18 @@ BAD_OPTIONS = [
     ("threads-fraction", [], {"CONFORMANCE_THREADS": "1.5"}, "*CONFORMANCE_THREADS='1.5' is not a positive integer*"),
     ("threads-blank", [], {"CONFORMANCE_THREADS": " "}, "*CONFORMANCE_THREADS=' ' is not a positive integer*"),
     ("threads-superscript", [], {"CONFORMANCE_THREADS": "\u00b2"}, "*CONFORMANCE_THREADS='\u00b2' is not a positive*"),
+    ("threads-huge", [], {"CONFORMANCE_THREADS": "100000"}, "*CONFORMANCE_THREADS='100000' is more threads than any*"),
+    ("kernels-unknown", [], {"CONFORMANCE_KERNELS": "cuda"}, "*CONFORMANCE_KERNELS='cuda' is not a kernel path*"),
+    ("samples-fraction", ["--samples", "10.5"], {},
+     "*argument --samples: '10.5': expected N or MODEL=N with N a positive integer*"),
+    ("samples-exponent", ["--samples", "1e9"], {}, "*argument --samples: '1e9': expected N or MODEL=N*"),
+    ("samples-huge", ["--samples", "widedeep=10000000000"], {}, "*--samples: 'widedeep=10000000000'*from 1 to 1,000,000*"),
+    ("samples-digits", ["--samples", "9" * 5000], {}, "*argument --samples: '9999*"),
+    ("shard-reversed", ["--shard", "3/2"], {}, "*argument --shard: --shard '3/2': expected 1 <= I <= N*"),
+    ("shard-huge", ["--shard", "1/1000000"], {}, "*--shard '1/1000000': expected at most 1000 shares*"),
+    ("report-dir-empty", ["--report-dir", ""], {}, "*argument --report-dir: '' is not a path (empty)*"),
+    ("precision-empty", ["--precision", ","], {}, "*argument --precision: ',' has an empty precision name*"),
+    ("device-unknown", ["--device", "h100"], {}, "*--device h100: hardware 'cpu' has no simulated chips*"),
 ]
 
 

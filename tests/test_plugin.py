@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.hardware import hardware_names
+from conformance.settings import OPTIONS
 from models import MODEL_NAMES
 
 
@@ -20,8 +21,8 @@ def test_help_shows_options_and_defaults(run):
     result = run("--help")
     assert result.ret == 0
     out = result.stdout.str()
-    for option in ("--hardware", "--model", "--profile", "--report-dir"):
-        assert option in out
+    for option in OPTIONS:  # the help is generated from the settings' table: every option, with its metavar
+        assert option.flag + (f"={option.metavar}" if option.metavar else "") in out
     assert "IPU conformance suite" in out
     assert "(default: cpu)" in out
     assert "(default: default)" in out

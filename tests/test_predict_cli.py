@@ -1,4 +1,4 @@
-"""``ipu-conformance predict`` and ``--version``: usage errors (2), an oversized batch (1, unless --allow-overflow),
+"""``ipu-conformance predict`` and ``--version``: usage errors (4), an oversized batch (1, unless --allow-overflow),
 config overrides parsed by the field's type."""
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ import pytest
 
 import conformance
 from conformance.cli import main, package_version
+from conformance.hardware.ipu.timing import predict as predict_module
+from conformance.hardware.ipu.timing.predict import shape_only_model
+from conformance.hardware.ipu.timing.trace import trace_model
+from models import MODEL_NAMES, load_model
 
 BASE = ["predict", "resnet50", "--precision", "fp16"]
 
@@ -19,7 +23,7 @@ BASE = ["predict", "resnet50", "--precision", "fp16"]
 def test_clients_below_one_is_a_usage_error(value, capsys):
     with pytest.raises(SystemExit) as exc:
         main(BASE + ["--batch-size", "2", "--clients", value])
-    assert exc.value.code == 2
+    assert exc.value.code == 4
     assert "--clients" in capsys.readouterr().err
 
 
@@ -27,7 +31,7 @@ def test_clients_below_one_is_a_usage_error(value, capsys):
 def test_batch_size_below_one_is_a_usage_error(value, capsys):
     with pytest.raises(SystemExit) as exc:
         main(BASE + ["--batch-size", value])
-    assert exc.value.code == 2
+    assert exc.value.code == 4
     assert "--batch-size: must be >= 1" in capsys.readouterr().err
 
 
@@ -59,7 +63,7 @@ def test_a_batch_that_fits_is_unchanged(capsys):
     ("depths=3", "config field ResNetConfig.depths expects a JSON list of int such as [3, 4, 6, 3], got '3'"),
 ])
 def test_set_values_are_parsed_by_the_field_type(setting, message, capsys):
-    assert main(BASE + ["--batch-size", "2", "--set", setting]) == 2
+    assert main(BASE + ["--batch-size", "2", "--set", setting]) == 4
     err = capsys.readouterr().err
     assert message in err and "JSON" not in err.replace("JSON list", "")
 
@@ -85,3 +89,30 @@ def test_version_imports_no_subcommand():
 def test_version_subprocess():
     done = subprocess.run([sys.executable, "-c", "import sys; from conformance.cli import main; sys.exit(main())", "--version"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and done.stdout.startswith("ipu-conformance ")
+
+
+# Fewer layers than the models' own, so that seeded weights build in a moment: the structure per layer is the same.
+SMALL = {"resnet50": {"depths": "[1, 1, 1, 1]"}, "widedeep": {}}
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_the_timing_estimate_traces_a_shape_only_model_with_the_seeded_models_ops(name):
+    """What predict prices (a model with parameters of the right shapes and no values) traces op for op, byte for byte,
+    as the model with its seeded weights."""
+    overrides = SMALL.get(name, {"num_hidden_layers": "2"})
+    shapes_only = trace_model(shape_only_model(name, **overrides), 2, "fp8")
+    seeded = trace_model(load_model(name, **overrides), 2, "fp8")
+    assert shapes_only == seeded and len(seeded.ops) > 0
+
+
+def test_predict_builds_no_weights(monkeypatch, capsys):
+    def refused(*args, **kwargs):
+        raise AssertionError("a timing estimate built seeded weights")
+
+    for module in ("resnet50", "encoder"):
+        for function in ("seeded_params", "init_params"):
+            monkeypatch.setattr(f"models.{module}.{function}", refused, raising=False)
+    predict_module._model.cache_clear()
+    predict_module._trace.cache_clear()
+    assert main(["predict", "resnet50", "--batch-size", "8", "--precision", "fp16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples_per_second"] > 0

@@ -38,15 +38,26 @@ if os.environ.get("KILL_AFTER_SWAP"):  # SIGKILL once the new set is in place, b
         if os.path.basename(b) == "out":
             os.kill(os.getpid(), signal.SIGKILL)
     reportdir.exchange_paths = _exchange_then_die
+
+if os.environ.get("TERM_AT") == "start":  # SIGTERM once the tests are collected, before the first one starts
+    def pytest_collection_finish(session):
+        os.kill(os.getpid(), signal.SIGTERM)
 """
 
 SUITE = """
-import os, pathlib, shutil, time
+import os, pathlib, shutil, signal, time
 
 HERE = pathlib.Path(__file__).parent
 
 
+def _terminated_in(test):  # SIGTERM to this run in the middle of ``test``
+    if os.environ.get("TERM_AT") == test:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+
+
 def test_accuracy(record_check, settings):
+    _terminated_in("accuracy")
     details = {}
     if settings.report_dir is not None:  # a LoadGen-like log, written while the test runs
         log = pathlib.Path(settings.report_dir) / "loadgen" / "case" / "log.txt"
@@ -58,6 +69,7 @@ def test_accuracy(record_check, settings):
 
 
 def test_other(settings):
+    _terminated_in("other")
     if os.environ.get("WAIT_FOR_GATE"):  # hold the report directory until the test lets go
         (HERE / "waiting").write_text(str(os.getpid()))
         deadline = time.monotonic() + 60
@@ -72,7 +84,8 @@ def test_other(settings):
 
 @pytest.fixture
 def suite(pytester, monkeypatch):
-    for name in ("KILL_DURING_REPORT", "KILL_AFTER_SWAP", "WAIT_FOR_GATE", "BREAK_REPORT_DIR", "RUN_NAME", "SNR"):
+    for name in ("KILL_DURING_REPORT", "KILL_AFTER_SWAP", "WAIT_FOR_GATE", "BREAK_REPORT_DIR", "RUN_NAME", "SNR",
+                 "TERM_AT"):
         monkeypatch.delenv(name, raising=False)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
@@ -160,6 +173,37 @@ def test_run_that_runs_nothing_keeps_the_report(suite, monkeypatch, args):
     assert snapshot(suite.path / "out") == before
     assert (suite.path / "out" / "results.json").stat().st_mtime_ns == mtime
     assert leftovers(suite) == []
+
+
+@pytest.mark.parametrize("at", ["start", "accuracy"], ids=["after-collection", "in-the-first-test"])
+def test_sigterm_before_any_test_finished_keeps_the_previous_report(suite, monkeypatch, at):
+    """Interrupted before any test finished, a run has nothing to report: the previous report, its logs and plots
+    too, stays as it was (exit 2, the run's staging directory removed)."""
+    before = first_report(suite, monkeypatch)
+    monkeypatch.setenv("TERM_AT", at)
+    monkeypatch.setenv("RUN_NAME", "interrupted")
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    assert snapshot(suite.path / "out") == before
+    assert leftovers(suite) == [] and not (suite.path / "out" / reportdir.LOCK_FILE).exists()
+
+
+def test_sigterm_after_a_test_finished_reports_the_interrupted_run(suite, monkeypatch):
+    """A finished test is something to report: the interrupted run's set replaces the previous one (FAIL, exit 2);
+    into an empty directory, an interruption in the first test leaves its set (the logs of the test it stopped)."""
+    first_report(suite, monkeypatch)
+    monkeypatch.setenv("TERM_AT", "other")
+    monkeypatch.setenv("RUN_NAME", "interrupted")
+    assert suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly").ret == pytest.ExitCode.INTERRUPTED
+    results = json.loads((suite.path / "out" / "results.json").read_text())
+    assert results["interrupted"] and results["verdict"] == "FAIL" and results["exit_status"] == 2
+    assert [t["id"] for t in results["tests"]] == ["test_suite.py::test_accuracy"]
+    assert (suite.path / "out" / "loadgen" / "case" / "log.txt").read_text() == "interrupted"
+
+    monkeypatch.setenv("TERM_AT", "accuracy")
+    assert suite.runpytest_subprocess("--report-dir", "fresh", "-p", "no:randomly").ret == pytest.ExitCode.INTERRUPTED
+    results = json.loads((suite.path / "fresh" / "results.json").read_text())
+    assert results["interrupted"] and results["tests"] == [] and results["exit_status"] == 2
 
 
 def _fail_results_write(monkeypatch):
@@ -376,7 +420,7 @@ def test_report_command_write_errors_are_exit_3(tmp_path, capsys, monkeypatch):
     (tmp_path / "file").write_text("")
     assert cli_main(["report", str(SAMPLE), "--out", str(tmp_path / "ok.md"), "--merged-json", str(blocked)]) == 3
     assert f"cannot write {blocked}: " in capsys.readouterr().err
-    assert cli_main(["report", str(tmp_path)]) == 2  # unusable input: a directory, not a results file
+    assert cli_main(["report", str(tmp_path)]) == 4  # unusable input: a directory, not a results file
     assert cli_main(["report", str(SAMPLE)]) == 1  # the sample's verdict
 
     def broken(results):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from conformance.report import baseline
 from conformance.report.collect import assign_ids
 from conformance.targets import regression
+from tests.test_report_plugin import set_values, suite  # noqa: F401  (a small suite of the plugin, its fixture)
 
 SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
 
@@ -206,13 +208,64 @@ def test_bad_tolerance_file_is_named(tmp_path):
         regression.load_tolerances(path)
 
 
+def run_like(sample: dict, **settings) -> dict:
+    """A run's results record before any test (what the session compares the baseline with): the sample's settings,
+    with ``settings`` changed."""
+    run = copy.deepcopy(sample)
+    run.update(tests=[], records=[], regressions=[], verdict="PASS", exit_status=0)
+    run["settings"].update(settings)
+    return run
+
+
 def test_baseline_from_other_hardware_or_profile_is_refused(sample, tmp_path):
     path = tmp_path / "results.json"
     path.write_text(json.dumps(sample))
-    assert baseline.load_baseline(path, hardware="ipu", profile="smoke")["settings"]["hardware"] == "ipu"
+    assert baseline.load_baseline(path, run_like(sample))["settings"]["hardware"] == "ipu"
     with pytest.raises(baseline.BaselineError, match="recorded on hardware 'ipu', this run is on 'cpu'"):
-        baseline.load_baseline(path, hardware="cpu", profile="smoke")
-    with pytest.raises(baseline.BaselineError, match="recorded with profile 'smoke', this run uses 'full'"):
-        baseline.load_baseline(path, hardware="ipu", profile="full")
+        baseline.load_baseline(path, run_like(sample, hardware="cpu"))
+    with pytest.raises(baseline.BaselineError,
+                       match="recorded with profile 'smoke', this run uses 'full': settings that change the figures"):
+        baseline.load_baseline(path, run_like(sample, profile="full"))
     with pytest.raises(baseline.BaselineError, match="no such file"):
-        baseline.load_baseline(tmp_path / "nope.json", hardware="ipu", profile="smoke")
+        baseline.load_baseline(tmp_path / "nope.json", run_like(sample))
+
+
+@pytest.mark.parametrize("setting, value, named", [
+    ("samples", {"resnet50": 256}, "recorded with samples of resnet50 '4', this run uses '256'"),
+    ("checkpoints", {"bert-base": "ckpt/bert"}, "recorded with checkpoint of bert-base 'default', this run uses 'ckpt/bert'"),
+    ("datasets", {"conformer": "data/x"}, "recorded with data set of conformer 'default', this run uses 'data/x'"),
+    ("device", "m2000", "recorded with device 'c600', this run uses 'm2000'"),
+])
+def test_baseline_with_other_settings_that_change_the_figures_is_refused_naming_them(sample, tmp_path, setting, value,
+                                                                                     named):
+    base = copy.deepcopy(sample)
+    base["settings"].update(samples={}, checkpoints={}, datasets={}, calibrations={}, device="c600")
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(base))
+    same = run_like(base)
+    assert baseline.load_baseline(path, same) == base
+    with pytest.raises(baseline.BaselineError, match=re.escape(named)):
+        baseline.load_baseline(path, run_like(base, **{setting: value}))
+
+
+def test_a_failed_baseline_or_another_selection_is_named_in_a_warning(sample, tmp_path):
+    path = tmp_path / "results.json"
+    assert sample["verdict"] == "FAIL"
+    [failed] = baseline.warnings_of(path, sample, run_like(sample))
+    assert failed == (f"--baseline {path} is a run that did not pass (verdict FAIL: 2 gate(s) failed, 2 test(s) "
+                      f"failed); regressions are measured from its figures as they are")
+    passing = copy.deepcopy(sample)
+    passing["verdict"] = "PASS"
+    assert baseline.warnings_of(path, passing, run_like(sample)) == []
+    [other] = baseline.warnings_of(path, passing, run_like(sample, models=["resnet50"]))
+    assert "chose other checks (baseline -> this run): models bert-base,conformer,resnet50 -> resnet50" in other
+
+
+def test_a_run_against_a_failed_baseline_says_so_beside_its_verdict(suite):
+    set_values(suite, snr={"resnet50-fp8": 10.0})  # below its gate: the baseline run fails
+    assert suite.runpytest("--report-dir", "first").ret == 1
+    set_values(suite)
+    again = suite.runpytest("--baseline", "first/results.json")
+    assert again.ret == 0  # better than its baseline: no regression
+    again.stdout.fnmatch_lines(["*= conformance =*", "WARNING: --baseline first/results.json is a run that did not pass "
+                                "(verdict FAIL: 1 gate(s) failed, 1 test(s) failed)*", "conformance PASS: *"])

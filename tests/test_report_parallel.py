@@ -34,7 +34,7 @@ def test_parallel_run_of_the_real_suite_records_what_a_serial_run_does(tmp_path)
     pytest.importorskip("xdist")
     serial = run_suite(tmp_path / "serial")
     assert serial.returncode == 0, serial.stdout[-3000:] + serial.stderr[-3000:]
-    # one emulator thread per worker, as the README advises under -n
+    # one emulator thread per worker, as docs/reports.md advises under -n
     parallel = run_suite(tmp_path / "parallel", "-p", "xdist", "-n", "2", env={"CONFORMANCE_THREADS": "1"})
     assert parallel.returncode == 0, parallel.stdout[-3000:] + parallel.stderr[-3000:]
     assert "INTERNALERROR" not in parallel.stdout + parallel.stderr

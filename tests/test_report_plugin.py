@@ -174,7 +174,7 @@ def test_regressed_test_fails_in_summary_and_junit_xml(suite, workers):
 @pytest.mark.parametrize(
     "make_args, message",
     [
-        (lambda p: ["--baseline", str(p / "missing.json")], "--baseline *missing.json: no such file"),
+        (lambda p: ["--baseline", str(p / "missing.json")], "--baseline *missing.json: no such file*"),
         (lambda p: ["--baseline", str(p / "values.json")], "--baseline *values.json: not an ipu-conformance results file*"),
         (lambda p: ["--report-dir", str(p / "values.json" / "out")], "--report-dir *values.json/out: cannot write there*"),
         (lambda p: ["--shard", "3/2"], "*--shard '3/2': expected 1 <= I <= N*"),

@@ -86,11 +86,11 @@ def test_report_command_renders_each_format(sample, tmp_path, capsys):
 def test_report_command_rejects_bad_input(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert cli_main(["report", str(bad)]) == 2
+    assert cli_main(["report", str(bad)]) == 4
     assert "not valid JSON" in capsys.readouterr().err
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": "something-else"}))
-    assert cli_main(["report", str(other)]) == 2
+    assert cli_main(["report", str(other)]) == 4
     assert "not an ipu-conformance results file" in capsys.readouterr().err
 
 
@@ -182,7 +182,7 @@ def test_simulated_figure_without_timing_model_and_several_models(sample):
     # figures of two calibrations in one file (e.g. merged): each row names its own
     mixed = with_timing(sample, "simulated", C600)
     next(r for r in mixed["records"] if r["id"] == OFFLINE_ID)["details"]["timing_model"] = {**C600, "calibration": "ffffffffffff"}
-    text = render.terminal(mixed)
+    text = render.terminal(mixed, width=400)  # a terminal wide enough for every column
     assert "simulated: C600 timing model, calibration ffffffffffff; simulated: C600 timing model, calibration 1a2b3c4d5e6f" in text
     offline = next(line for line in text.splitlines() if "samples_per_s" in line)
     assert "calibration ffffffffffff" in offline

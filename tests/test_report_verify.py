@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conformance.cli import main as cli_main
-from conformance.report import baseline, compare, verify, xfails
+from conformance.report import baseline, compare, merge, shard, verify, xfails
 from conformance.report import record as results_record
 from conformance.report.collect import assign_ids
 from conformance.targets import compare as holds
@@ -60,6 +60,44 @@ def nothing_judged(data: dict) -> None:
     data["records"] = []
 
 
+def relative(data: dict, interval, established, floor: dict | None = None) -> None:
+    """The F1 gate as a run now writes a relative gate: its check names the ratio (``f1@0.99xfp32``), its details the
+    ratio's 95% interval (and, for a label metric whose FP32 score is at or below its floor, that floor)."""
+    record = find(data, F1)
+    record.update(check=RELATIVE_CHECK, established=established)
+    record["details"] = {**record["details"], "ratio_ci95": interval, **({"label_floor": floor} if floor else {})}
+    data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in data["records"]])
+
+
+RELATIVE_CHECK = "f1@0.99xfp32"
+RELATIVE = f"accuracy/bert-base/fp16/-/{RELATIVE_CHECK}"
+
+
+def merged_passing(count: int = 2) -> dict:
+    """The passing run cut into ``count`` shards and merged again (a consistent merged PASS)."""
+    full = passing_results()
+    owner = shard.shard_of([t["id"] for t in full["tests"]], count)
+    parts = []
+    for index in range(1, count + 1):
+        part = copy.deepcopy(full)
+        part["settings"]["shard"] = f"{index}/{count}"
+        part["tests"] = [t for t in full["tests"] if owner[t["id"]] == index]
+        part["records"] = [r for r in full["records"] if owner[r["test_id"]] == index]
+        judgement = results_record.judgement_of(part)
+        part["verdict"], part["exit_status"] = judgement.verdict, judgement.exit_status
+        parts.append((f"shard{index}.json", part))
+    return merge.merge(parts)
+
+
+def as_merged(change):
+    """A mutation that makes the file the merged passing run, then applies ``change`` to it."""
+    def mutate(data: dict) -> None:
+        data.clear()
+        data.update(merged_passing())
+        change(data)
+    return mutate
+
+
 # (id, mutation of the passing run, words the refusal must hold besides the file's name)
 TAMPERED = [
     ("value-below-target-marked-passed", lambda d: find(d, F1).update(value=-0.18, target=0.816),
@@ -80,6 +118,25 @@ TAMPERED = [
      ("accuracy/resnet50/fp8/-/top1_ratio", "waived as a known failure (XFAIL), but its test has no known-failure entry")),
     ("nothing-judged-called-pass", nothing_judged, ("give NO VERDICT with exit status 5", "nothing was judged")),
     ("interrupted-with-exit-0", lambda d: d.update(interrupted=True), ("interrupted, but exit status 0",)),
+    ("not-established-shown-established", lambda d: relative(d, [0.98, 1.0], True),
+     (RELATIVE, "established is true, but its ratio's 95% interval [0.98, 1.0] against the ratio of check "
+                f"{RELATIVE_CHECK} gives false")),
+    ("established-called-not-established", lambda d: relative(d, [0.995, 1.0], False),
+     (RELATIVE, "established is false, but", "gives true")),
+    ("below-the-label-floor-shown-established", lambda d: relative(d, [0.995, 1.0], True, {"fp32": 0.0, "floor": 0.05}),
+     (RELATIVE, "established is true, but its FP32 score 0.0 is at or below the floor 0.05")),
+    ("audit-failed-figure-passed-as-not-established", lambda d: next(
+        r for r in d["records"] if r["kind"] == "audit").update(value=0.0, target=1.0, op=">=", passed=True,
+                                                                established=False),
+     ("audit/resnet50/fp8/Offline/TEST01_mismatches", "passed is true, but value 0.0 >= target 1.0 is false")),
+    ("merged-shard-dropped", as_merged(lambda d: d["merged_from"].pop()),
+     ("merged from shards 1/2 of 2: 2/2 missing, but missing_shards lists none",)),
+    ("merged-shard-twice", as_merged(lambda d: d["merged_from"].__setitem__(1, dict(d["merged_from"][0]))),
+     ("merged_from names a shard twice",)),
+    ("merged-file-called-a-shard", as_merged(lambda d: d["settings"].update(shard="1/2")),
+     ("merged from 2 file(s), but settings.shard is '1/2'",)),
+    ("merged-shards-of-two-splits", as_merged(lambda d: d["merged_from"][1].update(shard="2/3")),
+     ("which are not parts of one split",)),
 ]
 
 
@@ -96,7 +153,11 @@ def run(args, capsys) -> tuple[int, str]:
 
 
 def test_consistent_files_are_accepted(tmp_path, capsys):
-    for data in (json.loads(SAMPLE.read_text()), passing_results()):
+    established, floored = passing_results(), passing_results()
+    relative(established, [0.995, 1.0], True)
+    relative(floored, [0.995, 1.0], False, {"fp32": 0.0, "floor": 0.05})
+    for data in (json.loads(SAMPLE.read_text()), passing_results(), merged_passing(), merged_passing(3), established,
+                 floored):
         assert verify.problems(data) == []
     code, text = run(["report", "validate", write(tmp_path, "pass.json", passing_results())], capsys)
     assert code == 0 and "verdict PASS, exit status 0, consistent with its records and tests" in text
@@ -123,7 +184,7 @@ def test_tampered_file_is_refused_everywhere(mutate, says, tmp_path, capsys):
         assert "Traceback" not in text and "conformance PASS" not in text
         assert earlier.read_text() == EARLIER
     with pytest.raises(baseline.BaselineError) as info:
-        baseline.load_baseline(bad, hardware="ipu", profile="smoke")
+        baseline.load_baseline(bad, passing_results())  # compared with a run of the same settings
     assert str(info.value).startswith(f"--baseline {bad}: inconsistent results file") and says[0] in str(info.value)
 
 
@@ -134,11 +195,17 @@ def test_audit_may_fail_beyond_its_figure_and_pass_against_it_only_when_it_says_
     data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in data["records"]])
     found = verify.problems(data)
     assert any("passed is true, but value 0.5 >= target 1.0 is false" in p for p in found), found
-    for why in ({"established": False}, {"details": {"official": {"verify_accuracy": "TEST PASS"}}},
+    for why in ({"details": {"official": {"verify_accuracy": "TEST PASS"}}},
                 {"details": {"accuracy_fallback": {"passed": True}}}):
         explained = copy.deepcopy(data)
         next(r for r in explained["records"] if r["check"] == "TEST01").update(why)
         assert verify.problems(explained) == [], why
+    for why in ({"established": False},  # a short profile's INVALID length spares only the performance half
+                {"details": {"official": {"verify_accuracy": "TEST PASS", "verify_performance": "TEST FAIL"}}},
+                {"details": {"accuracy_fallback": {"passed": False}}}):
+        unexplained = copy.deepcopy(data)
+        next(r for r in unexplained["records"] if r["check"] == "TEST01").update(why)
+        assert any("passed is true, but value 0.5" in p for p in verify.problems(unexplained)), why
     failing = copy.deepcopy(data)  # a figure that holds and an audit that failed (its SUT raised): its test fails
     record = next(r for r in failing["records"] if r["check"] == "TEST01")
     record.update(value=1.0, passed=False)
@@ -205,7 +272,7 @@ def test_baseline_that_compares_nothing_is_refused(records, tmp_path):
     path = write(tmp_path, "base.json", data)
     with pytest.raises(baseline.BaselineError, match=f"--baseline {path}: compares nothing: it holds no gated check "
                                                      f"with a value"):
-        baseline.load_baseline(path, hardware="ipu", profile="smoke")
+        baseline.load_baseline(path, passing_results())
 
 
 def test_shards_merge_only_as_one_whole_run(tmp_path, capsys):
@@ -311,7 +378,8 @@ def mutate(data: dict, mutations) -> None:
             data[kind] = args[0]
 
 
-@settings(max_examples=120, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(base=st.sampled_from(["pass", "fail"]), mutations=MUTATIONS)
 def test_mutated_file_never_tracebacks_and_never_shows_an_unfounded_pass(base, mutations):
     data = passing_results() if base == "pass" else json.loads(SAMPLE.read_text())

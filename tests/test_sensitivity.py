@@ -390,7 +390,7 @@ def test_help_lists_faults_and_exit_codes(capsys):
 
 
 def test_a_model_without_usable_references_is_listed_and_the_others_run(monkeypatch, tmp_path, capsys):
-    """Stale stored outputs of one model: the study says so, runs the rest, and the command gives no verdict (2)."""
+    """Stale stored outputs of one model: the study says so, runs the rest, and gives no verdict: unusable data (4)."""
     real = sensitivity.reference.load
 
     def load(name, *args, **kwargs):
@@ -401,7 +401,7 @@ def test_a_model_without_usable_references_is_listed_and_the_others_run(monkeypa
     monkeypatch.setattr(sensitivity.reference, "load", load)
     code = main(["sensitivity", "--model", "conformer,widedeep", "--precision", "fp16", "--fault", "half-partials",
                  "--report-dir", str(tmp_path)])
-    assert code == 2
+    assert code == 4
     result = json.loads((tmp_path / "sensitivity.json").read_text())
     assert result["errors"] == [{"model": "conformer", "error": "reference 'conformer': stale"}]
     assert [c["model"] for c in result["cases"]] == ["widedeep"]

@@ -156,7 +156,7 @@ def test_predict_overrides_config_fields(capsys):
     (["widedeep", "--batch-size", "1", "--precision", "fp16", "--set", "depth=3"], "valid fields: bucket_sizes"),
 ])
 def test_predict_errors_list_the_valid_choices(capsys, args, message):
-    assert main(["predict", *args]) == 2
+    assert main(["predict", *args]) == 4
     assert message in capsys.readouterr().err
 
 

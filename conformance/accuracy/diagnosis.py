@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance.accuracy.metrics import snr_db
-from conformance.hardware.ipu.fp8_scales import sample_values
 from conformance.numerics.compiled import signed_error_sums
+from models.ops import sample_values
 
 # A drop of this many dB below the running minimum is a jump: 10 dB is a tenfold increase in error power in one op.
 JUMP_DB = 10.0

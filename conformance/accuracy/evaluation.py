@@ -16,10 +16,10 @@ import numpy as np
 
 from conformance.accuracy import confidence, metrics
 from conformance.accuracy.diagnosis import PROBE_INPUT_ELEMENTS, LocalErrorOps, summarise_bias
+from conformance.distributed import Batch, Engine, Job, RunStats, fingerprint
 from conformance.targets import compare
 from conformance.targets.accuracy import PROBE_METRICS, TENSOR_METRICS
 from conformance.targets.label_floors import FLOORS_FILE, load_label_floors
-from models import run_batched
 from models.ops import Ops
 
 UNITS = {"snr_db": "dB"}
@@ -123,21 +123,97 @@ def wants_op_checks(gates) -> bool:
     return any(g.metric == "op_mismatches" for g in gates)
 
 
-def run_hardware(model, inputs: dict, batch_size: int, hardware_ops, *, probe: bool) -> tuple[dict, list | None]:
-    """The hardware's outputs over ``inputs``, and with ``probe`` the local errors of every op on the probe samples
-    (:func:`diagnosis.local_errors`). The probe samples (:func:`probe_samples`) run as the first batch, then the rest
-    in batches of ``batch_size``: the same batches whether the probe runs or not. With ``probe`` that first batch
-    runs through :class:`LocalErrorOps` (which passes the hardware's results through as they are), so the probe adds
-    only the FP32 ops of its samples to the run."""
+def hardware_batches(inputs: dict, batch_size: int, probe: bool) -> list[Batch]:
+    """The batches of a hardware run: the probe samples (:func:`probe_samples`) first, then the rest in batches of
+    ``batch_size``; the same batches whether the probe runs or not (only the first one's options differ)."""
     count = len(next(iter(inputs.values())))
     head = len(probe_samples(inputs, batch_size))
+    return [Batch(0, head, {"probe": True} if probe else {})] + \
+        [Batch(start, min(start + batch_size, count)) for start in range(head, count, batch_size)]
+
+
+def _forward(model, inputs: dict, hardware_ops, probe: bool) -> tuple[dict, list | None]:
+    """The outputs of one batch, and with ``probe`` the local errors of its ops: it then runs through
+    :class:`LocalErrorOps` (which passes the hardware's results through as they are), adding only the FP32 ops."""
     local = LocalErrorOps(hardware_ops, Ops()) if probe else None
     with np.errstate(all="ignore"):
-        outputs = model({k: v[:head] for k, v in inputs.items()}, local if probe else hardware_ops)
-        if count > head:
-            rest = run_batched(model, {k: v[head:] for k, v in inputs.items()}, batch_size, hardware_ops)
-            outputs = {k: np.concatenate([v, rest[k]]) for k, v in outputs.items()}
+        outputs = model(inputs, local if probe else hardware_ops)
     return outputs, (local.bias if probe else None)
+
+
+def run_hardware(model, inputs: dict, batch_size: int, hardware_ops, *, probe: bool) -> tuple[dict, list | None]:
+    """The hardware's outputs over ``inputs`` in the batches of :func:`hardware_batches`, in this process, and with
+    ``probe`` the local errors of every op on the probe samples (:func:`diagnosis.local_errors`)."""
+    parts = [_forward(model, {k: v[b.start:b.stop] for k, v in inputs.items()}, hardware_ops, b.options.get("probe"))
+             for b in hardware_batches(inputs, batch_size, probe)]
+    outputs = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
+    return outputs, parts[0][1]
+
+
+@dataclass
+class HardwareWork:
+    """What a process holds to compute a model's batches on a hardware: the model and its prepared ops
+    (``hardware.base.Prepared``). Its ops object is made on first use and kept for every batch that process
+    computes, as a serial run keeps one (weights converted once); it is not sent along with the work."""
+
+    model: object
+    prepared: object
+
+    def ops(self):
+        if self.__dict__.get("_ops") is None:
+            self.__dict__["_ops"] = self.prepared.ops()
+        return self.__dict__["_ops"]
+
+    def __getstate__(self):
+        return {"model": self.model, "prepared": self.prepared}
+
+
+def hardware_batch(work: HardwareWork, inputs: dict, options: dict) -> tuple[dict, dict]:
+    """One batch of a hardware run (a task of the engine): its outputs, and as extras what the run used so far
+    (``prepared.details``: FP8 scales) and with the ``probe`` option the local errors."""
+    ops = work.ops()
+    outputs, local = _forward(work.model, inputs, ops, bool(options.get("probe")))
+    extras = {"details": work.prepared.details(ops)}
+    if local is not None:
+        extras["local_errors"] = local
+    return outputs, extras
+
+
+@dataclass
+class HardwareRun:
+    outputs: dict
+    local_errors: list | None  # with the probe: (op kind, op name, local bias, elements) of each erring op
+    details: dict  # prepared.details of the run: the union over its batches
+    stats: RunStats
+
+
+def merge_details(parts: list[dict], where: str = "details") -> dict:
+    """The union of the batches' details (nested dicts, e.g. the FP8 scales each batch's ops used); a leaf that
+    differs between two batches is a ValueError naming it (the ops of one run use the same numerics)."""
+    merged: dict = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict) and isinstance(merged.get(key, {}), dict):
+                merged[key] = merge_details([merged.get(key, {}), value], f"{where}.{key}")
+            elif key in merged and merged[key] != value:
+                raise ValueError(f"the batches of one run disagree on {where}.{key}: {merged[key]!r} and {value!r}")
+            else:
+                merged[key] = value
+    return merged
+
+
+def run_on_engine(engine: Engine, name: str, model, prepared, inputs: dict, batch_size: int, *,
+                  probe: bool) -> HardwareRun:
+    """:func:`run_hardware` with ``prepared``'s ops, its batches run as tasks of ``engine`` (the model and prepared
+    ops sent to each worker once; batches the engine's store has are read, not computed), assembled in batch order.
+    ``name`` names the run (model and precision) in the store and in messages."""
+    work = HardwareWork(model, prepared)
+    identity = fingerprint((model, prepared)) if engine.store is not None else ""
+    results, stats = engine.run(Job(name, work, hardware_batch, identity), inputs,
+                                hardware_batches(inputs, batch_size, probe))
+    outputs = {k: np.concatenate([r[0][k] for r in results]) for k in results[0][0]}
+    local = [tuple(e) for e in results[0][1]["local_errors"]] if probe else None
+    return HardwareRun(outputs, local, merge_details([r[1]["details"] for r in results]), stats)
 
 
 def measure_probes(gates, current: MetricSet, local: list | None, samples: int,

@@ -95,9 +95,9 @@ class _Study:
         ops = prepared.ops()
         outputs, local = run_hardware(self.model, self.inputs, self.batch_size, ops, probe=wants_probe(gates))
         metrics = self.metrics(outputs)
-        scales = prepared.details(ops).get("fp8_scales")
+        used = prepared.details(ops)
         measure_probes(gates, metrics, local, len(probe_samples(self.inputs, self.batch_size)),
-                       lambda: self.backend.op_checks(self.name, precision, scales))
+                       lambda: self.backend.op_checks(self.name, precision, used))
         return outputs, metrics
 
     def clean(self, precision: str) -> tuple[dict, object]:

@@ -1,19 +1,17 @@
 """Render the compliance table again from one or more results.json files, compare two runs, or check a file against
 the published schema.
 
-  ipu-conformance report RESULTS_JSON [...]       render (several files: the shards of one run, merged)
-  ipu-conformance report compare OLD.json NEW.json  the checks that changed; exit 1 if a verdict got worse
-  ipu-conformance report validate RESULTS_JSON      check against results.schema.json and against itself
+  ipu-conformance report RESULTS_JSON [...]        render (several files: the shards of one run, merged)
+  ipu-conformance report compare OLD.json NEW.json  what changed between two runs (--help: its own help)
+  ipu-conformance report validate RESULTS_JSON      check a file against results.schema.json and itself
 
-Every file is checked before it is used: its verdicts must follow from its own records and tests
-(:mod:`conformance.report.verify`); an inconsistent (edited) file is refused with exit 4, never rendered or compared.
-Rendering: files that are not the shards of one run (different settings or commits, overlapping, or an incomplete
-set of shards, also one shard alone) are refused with exit 4; otherwise the exit status is the verdict: 0 PASS, 1
-FAIL, 5 NO VERDICT (nothing was judged). ``compare`` exits 1 when a verdict got worse, 0 otherwise, 4 when the files
-have no gated check in common. The command's own errors have other codes: 2 for unusable input (a file that cannot
-be read or is not a results file) and bad arguments, 3 when ``--out`` or ``--merged-json`` cannot be written;
-``validate`` exits 0 for a valid file, 1 for one against the schema (naming the first bad field), 4 for one it cannot
-read or that is inconsistent. (A results file named ``compare`` or ``validate`` is given as ``./compare``.)
+Every file is checked before it is used: its verdicts must follow from its own records and tests; an inconsistent
+(edited) file is refused, never rendered or compared.
+
+Exit status of rendering: the run's verdict, 0 PASS, 1 FAIL, 5 NO VERDICT (nothing was judged); 4 for files that
+are not the shards of one run (different settings or commits, overlapping, an incomplete set, one shard alone), an
+inconsistent file, one that cannot be read or is not a results file, and bad arguments; 3 when --out or
+--merged-json cannot be written. (A results file named compare or validate is given as ./compare.)
 """
 
 from __future__ import annotations
@@ -22,22 +20,82 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance.fileio import write_text_atomic
+from conformance.fileio import read_text, write_text_atomic
 from conformance.report import baseline, compare, render, verify
 from conformance.report import record as results_record
 from conformance.report.merge import MergeError, merge
 
-EXIT_PASS, EXIT_FAIL, EXIT_UNUSABLE_INPUT, EXIT_CANNOT_WRITE, EXIT_USAGE = 0, 1, 2, 3, 4
+EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_WRITE, EXIT_USAGE = 0, 1, 3, 4
 EXIT_NO_VERDICT = results_record.EXIT_NO_VERDICT  # 5: nothing was judged
 EXIT_BY_VERDICT = {"PASS": EXIT_PASS, "FAIL": EXIT_FAIL, results_record.NO_VERDICT: EXIT_NO_VERDICT}
+
+COMPARE_HELP = f"""\
+What changed between two runs: every check whose value, target or verdict differs, with the delta, classified as
+
+  better    its verdict improved (FAIL -> PASS, PASS* -> PASS)
+  WORSE     its verdict got worse (PASS -> FAIL, PASS -> PASS*)
+  settings  the runs differ in a setting of its figures that explains the change: a value that moved, or a
+            gate between PASS and PASS* (its interval depends on the sample count); the settings compared:
+            {', '.join(compare.FIGURE_SETTINGS)}
+  changed   its value or target moved, its verdict did not
+  added / removed   on one side only (other models, precisions or shards)
+
+and what the run's verdict did (FAIL -> PASS is better). Settings in which the runs differ are named in a warning
+before the table. Runs of two hardware targets are not compared.
+
+Exit status: 1 when a gated check's verdict or the run's verdict got worse, 0 otherwise; 4 when the files cannot be
+compared (other hardware, no gated check in common, inconsistent or unreadable) or for bad arguments; 3 when --out
+cannot be written."""
+
+VALIDATE_HELP = """\
+Check one results.json against the published schema (results.schema.json), then against itself: its verdicts must
+follow from its records and tests.
+
+Exit status: 0 valid; 1 against the schema (naming the first offending field); 4 for a file that cannot be read, is
+inconsistent (edited), or bad arguments."""
+
+
+def _verb_parser(prog: str, verb: str) -> argparse.ArgumentParser:
+    """The help of ``report compare`` and ``report validate``: their own arguments and text."""
+    parser = argparse.ArgumentParser(prog=f"{prog} {verb}", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     description=COMPARE_HELP if verb == "compare" else VALIDATE_HELP)
+    if verb == "compare":
+        parser.add_argument("old", metavar="OLD_JSON", help="results.json of the earlier run")
+        parser.add_argument("new", metavar="NEW_JSON", help="results.json of the later run")
+        parser.add_argument("--format", choices=tuple(compare.FORMATS), default="terminal",
+                            help="output format: %(choices)s (default: %(default)s)")
+        parser.add_argument("--out", metavar="FILE", help="write to FILE (atomically) instead of standard output")
+    else:
+        parser.add_argument("results", metavar="RESULTS_JSON", help="the results.json to check")
+    return parser
+
+
 VERBS = ("compare", "validate")
 
 
+class _Help(argparse.Action):
+    """``-h``: the help of the verb given before it (``report compare --help``), else of rendering."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, "results", None) or []
+        verb = given[0] if given and given[0] in VERBS else None
+        (_verb_parser(parser.prog, verb) if verb else parser).print_help()
+        parser.exit()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the description's lists and paragraphs as written
+    # the verb-aware -h below replaces the one argparse gave the subparser (resolved in its group of options)
+    parser.conflict_handler = parser._optionals.conflict_handler = "resolve"
+    parser.add_argument("-h", "--help", action=_Help,
+                        help="show this help and exit; after compare or validate, the help of that command")
     parser.add_argument("results", nargs="+", metavar="RESULTS_JSON",
                         help="results.json file(s) of a run; or 'compare OLD NEW', or 'validate FILE'")
     parser.add_argument("--format", choices=tuple(dict.fromkeys([*render.FORMATS, *compare.FORMATS])), default="terminal",
-                        help="output format: %(choices)s (default: %(default)s)")
+                        help="output format: %(choices)s (default: %(default)s; compare: terminal, md, html)")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="write to FILE (atomically) instead of standard output (default: standard output)")
     parser.add_argument("--merged-json", type=Path, default=None, metavar="FILE",
@@ -51,16 +109,12 @@ def _error(message: str, code: int) -> int:
 
 def validate(path: Path) -> int:
     """0 valid; 1 invalid, naming the first offending field; 4 when the file cannot be read or is inconsistent."""
+    try:  # bounded: a regular file of at most RESULTS_LIMIT bytes, UTF-8
+        text = read_text(path, "a results.json", results_record.RESULTS_LIMIT, results_record.ResultsError)
+    except results_record.ResultsError as exc:
+        return _error(f"validate: cannot read it: {exc}", EXIT_USAGE)
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return _error(f"validate {path}: cannot read it ({reason})", EXIT_USAGE)
-    try:
-        data = results_record.validate(results_record.json.loads(text), source=str(path))
-    except results_record.json.JSONDecodeError as exc:
-        print(f"{path}: invalid: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")
-        return EXIT_FAIL
+        data = results_record.validate(results_record.parse(text, path), source=str(path))
     except results_record.ResultsError as exc:
         print(f"invalid: {exc}")
         return EXIT_FAIL
@@ -76,17 +130,23 @@ def validate(path: Path) -> int:
 def run_compare(args, old_path: Path, new_path: Path) -> int:
     if args.format not in compare.FORMATS or args.merged_json is not None:
         return _error(f"compare prints {', '.join(compare.FORMATS)} (--format) and merges nothing (--merged-json)",
-                      EXIT_UNUSABLE_INPUT)
+                      EXIT_USAGE)
     try:
         old, new = verify.load(old_path), verify.load(new_path)
     except results_record.ResultsError as exc:
-        return _error(str(exc), EXIT_UNUSABLE_INPUT)
+        return _error(str(exc), EXIT_USAGE)
     except verify.InconsistentResults as exc:
         return _error(str(exc), EXIT_USAGE)
     if not baseline.common(new["records"], old["records"]):
         return _error(f"compare {old_path} {new_path}: compares nothing: {new_path} has no gated check that {old_path} "
                       f"holds with a value ({len(old['records'])} and {len(new['records'])} record(s))", EXIT_USAGE)
+    refused = compare.refusal(old, new)
+    if refused:
+        return _error(f"compare {old_path} {new_path}: {refused}", EXIT_USAGE)
     text = compare.FORMATS[args.format](old, new, str(old_path), str(new_path))
+    if args.out is not None:  # the warnings reach the log even when the comparison goes to a file
+        for line in compare.warnings_of(old, new):
+            print(f"ipu-conformance report compare: {line}", file=sys.stderr)
     code = _output(args, text, None)
     if code is not None:
         return code
@@ -113,25 +173,27 @@ def run(args) -> int:
         else (None, [Path(p) for p in args.results])
     if verb == "validate":
         if len(paths) != 1:
-            return _error(f"validate takes one results file, got {len(paths)}", EXIT_UNUSABLE_INPUT)
+            return _error(f"validate takes one results file, got {len(paths)}", EXIT_USAGE)
         return validate(paths[0])
     if verb == "compare":
         if len(paths) != 2:
-            return _error(f"compare takes two results files (OLD NEW), got {len(paths)}", EXIT_UNUSABLE_INPUT)
+            return _error(f"compare takes two results files (OLD NEW), got {len(paths)}", EXIT_USAGE)
         return run_compare(args, *paths)
     if args.format not in render.FORMATS:
         return _error(f"--format {args.format} is for compare; rendering takes {', '.join(render.FORMATS)}",
-                      EXIT_UNUSABLE_INPUT)
+                      EXIT_USAGE)
     try:
         named = [(str(path), verify.load(path)) for path in paths]
         results = merge(named)
         if len(named) > 1:
             verify.check(results, "the merged record")
     except results_record.ResultsError as exc:
-        return _error(str(exc), EXIT_UNUSABLE_INPUT)
+        return _error(str(exc), EXIT_USAGE)
     except (verify.InconsistentResults, MergeError) as exc:
         return _error(str(exc), EXIT_USAGE)
-    text = render.FORMATS[args.format](results)
+    renderer = render.FORMATS[args.format]
+    # the page embeds the plots, found beside the (first) results file as its run wrote them
+    text = renderer(results, plots_dir=paths[0].parent) if renderer is render.results_html else renderer(results)
     code = _output(args, text, results)
     if code is not None:
         return code

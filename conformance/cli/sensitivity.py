@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from conformance.accuracy import sensitivity
+from conformance.cli import EXIT_USAGE
 from conformance.fileio import write_text_atomic
 from conformance.hardware import get_backend
 from conformance.hardware.ipu.faults import FAULT_NAMES
@@ -24,27 +25,12 @@ from conformance.targets.profiles import PROFILE_NAMES
 from models import MODEL_NAMES, canonical_name
 
 EXIT_INTERRUPTED = 2
-EXIT_UNUSABLE = 2  # a model could not be studied (its stored FP32 outputs are stale or missing): no verdict
+EXIT_UNUSABLE = 4  # a model could not be studied (its stored FP32 outputs are stale or missing): unusable data, no verdict
 EXIT_REPORT_ERROR = 3
-EXIT_USAGE = 4
 
 
 class UsageError(Exception):
     """A bad argument: exit 4 with the message."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """The subcommand's parser: its argument errors (unknown options included) are usage errors, exit 4."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        namespace, extras = super().parse_known_args(args, namespace)
-        if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
-
-    def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def _names(groups) -> list[str]:
@@ -70,7 +56,6 @@ def _choose(option: str, given: list[str], valid, canonical=lambda v: v) -> list
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.__class__ = _Parser  # argparse builds subparsers itself; the class only changes how errors exit
     parser.add_argument("--model", action="append", default=[], metavar="M[,M...]",
                         help=f"models, repeatable or a comma list: {', '.join(MODEL_NAMES)} (default: all)")
     parser.add_argument("--precision", action="append", default=[], metavar="P[,P...]",

@@ -18,7 +18,6 @@ Linux) unless ``--cache-dir`` or ``IPU_CONFORMANCE_CACHE`` names another.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import warnings
@@ -28,15 +27,14 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
-from conformance.fileio import array_json, json_array, read_npz, sha256_arrays, write_bytes_atomic
+from conformance.fileio import read_entry, sources_sha256, write_bytes_atomic, write_entry
 from models.base import MEMORY_SHARE, available_memory
 
 CACHE_VARIABLE = "IPU_CONFORMANCE_CACHE"
 _ROOT = Path(__file__).resolve().parents[2]
 # Sources whose change changes the FP32 outputs of a given checkpoint and data set.
 _CODE_DIRECTORIES = (_ROOT / "models", _ROOT / "conformance" / "datasets")
-ENTRY = "__entry__"  # the array of an entry's .npz that holds what it was computed from, as JSON
-ENTRY_FORMAT = 2
+ENTRY_FORMAT = 3
 
 
 class CacheError(ValueError):
@@ -69,12 +67,7 @@ def check_writable(directory: Path) -> Path:
 
 def code_version() -> str:
     """SHA-256 over the sources that compute FP32 outputs from a checkpoint and a data set."""
-    h = hashlib.sha256()
-    for directory in _CODE_DIRECTORIES:
-        for path in sorted(directory.glob("*.py")):
-            h.update(f"{path.relative_to(_ROOT)}|".encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
+    return sources_sha256(_ROOT, _CODE_DIRECTORIES)
 
 
 def entry_key(model: str, checkpoint: dict | None, data: dict, code: str | None = None) -> str:
@@ -102,17 +95,8 @@ class OutputCache:
         if not os.path.lexists(path):
             raise DamagedEntry("no entry")
         budget = int(MEMORY_SHARE * available_memory())
-        arrays = read_npz(path, "a cache entry of FP32 outputs", None, max_bytes=budget, error=DamagedEntry)
-        if ENTRY not in arrays:
-            raise DamagedEntry(f"{path}: no {ENTRY!r} record of what it was computed from")
-        entry = array_json(arrays.pop(ENTRY), f"{path}: {ENTRY}", DamagedEntry)
-        if not isinstance(entry, dict):
-            raise DamagedEntry(f"{path}: {ENTRY} is not a JSON object")
-        for field, wanted in (("format", ENTRY_FORMAT), ("model", model), ("key", key)):
-            if entry.get(field) != wanted:
-                raise DamagedEntry(f"{path}: computed for {field} {str(entry.get(field))[:70]!r}, not {str(wanted)!r}")
-        if sha256_arrays(arrays) != entry.get("outputs_sha256"):
-            raise DamagedEntry(f"{path}: its outputs do not hash to the SHA-256 it records")
+        arrays, _ = read_entry(path, "a cache entry of FP32 outputs",
+                               {"format": ENTRY_FORMAT, "model": model, "key": key}, max_bytes=budget, error=DamagedEntry)
         if names is not None and set(arrays) != set(names):
             raise DamagedEntry(f"{path}: outputs {sorted(arrays)}, expected {sorted(names)}")
         if rows is not None and any(np.ndim(v) == 0 or len(v) != rows for v in arrays.values()):
@@ -122,13 +106,8 @@ class OutputCache:
     def write(self, model: str, key: str, outputs: dict[str, np.ndarray]) -> Path:
         """Store ``outputs`` under ``key`` with what they were computed from and their hash (atomically)."""
         path = self.path(model, key)
-        entry = {"format": ENTRY_FORMAT, "model": model, "key": key, "outputs_sha256": sha256_arrays(outputs),
-                 "outputs": {k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)}
-                             for k, v in outputs.items()}}
-        buffer = io.BytesIO()
-        np.savez(buffer, **outputs, **{ENTRY: json_array(entry)})
         try:
-            write_bytes_atomic(path, buffer.getvalue())
+            write_entry(path, outputs, {"format": ENTRY_FORMAT, "model": model, "key": key})
         except OSError as exc:
             raise CacheError(f"cache entry {str(path)!r} cannot be written ({exc.strerror or exc})") from None
         return path

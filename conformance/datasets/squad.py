@@ -133,10 +133,10 @@ def _read_question(path: Path, qa, context: str, where: str) -> Question:
 
 
 def _check_answer(path: Path, where: str, question_id: str, context: str, text: str, start: int) -> None:
-    """A SQuAD v1.1 answer is a span of its context: a non-empty text whose span from ``answer_start`` lies inside
-    the context; an empty answer, or a start before the context or a span past its end, is a DatasetError naming the
-    file, the question id and the answer. (Scoring compares texts after SQuAD's normalisation, so a text that differs
-    from the context at its start, e.g. in case or punctuation, is kept as the annotators wrote it.)"""
+    """A SQuAD v1.1 answer is a span of its context: a non-empty text that the context holds, character for
+    character, from ``answer_start`` on. An empty answer, a start before the context, a span past its end, or a text
+    that is not what the context holds there is a DatasetError naming the file, the JSON path of the answer, the
+    question id and the answer (and, for a text that differs, what the context holds at that place)."""
     shown = text if len(text) <= 60 else text[:57] + "..."
     about = f"{path}: {where}: question {question_id!r}, answer {shown!r} at answer_start {start}"
     if not text.strip():
@@ -144,6 +144,13 @@ def _check_answer(path: Path, where: str, question_id: str, context: str, text: 
     if not 0 <= start <= len(context) - len(text):
         raise DatasetError(f"{about}: the span lies outside the context ({len(context)} characters); expected "
                            f"0 <= answer_start <= {max(len(context) - len(text), 0)}")
+    held = context[start:start + len(text)]
+    if held != text:
+        found = context.find(text)
+        hint = (f"; the text is at answer_start {found}" if found >= 0
+                else "; the context does not hold the text anywhere")
+        shown_held = held if len(held) <= 60 else held[:57] + "..."
+        raise DatasetError(f"{about}: the context holds {shown_held!r} there, not the answer text{hint}")
 
 
 # -- windows ----------------------------------------------------------------------------------------------------------

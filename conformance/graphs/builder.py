@@ -105,6 +105,18 @@ class GraphBuilder:
         self._constants[key] = name
         return name
 
+    def typed_scalar(self, value: float, data_type: int, hint: str) -> str:
+        """A scalar initializer of ONNX element type ``data_type`` (for types numpy has no dtype for, such as the
+        FLOAT8 formats of a quantization's zero point), shared by every use of the same value, type and hint."""
+        key = ("typed", hint, int(data_type), float(value))
+        existing = self._constants.get(key)
+        if existing is not None:
+            return existing
+        name = self.value_name(hint)
+        self._graph.initializer.append(helper.make_tensor(name, data_type, [], [value]))
+        self._constants[key] = name
+        return name
+
     def transposed_weight(self, weight: np.ndarray, hint: str) -> str:
         """A linear layer's (out, in) weight stored as the (in, out) operand of MatMul, named ``{tensor}.T``."""
         key = ("transposed", id(weight))

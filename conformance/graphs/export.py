@@ -15,6 +15,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -55,9 +56,10 @@ class GraphOps(Ops):
     hardware = "onnx"
     precision = "fp32"
 
-    def __init__(self, graph: GraphBuilder):
+    def __init__(self, graph: GraphBuilder, values: Ops | None = None):
         super().__init__(recorder=None)
         self.graph = graph
+        self.values = values or Ops()  # what computes each op's value on the example batch: the FP32 reference
 
     # -- helpers ----------------------------------------------------------------------------------------------------
     def _f32(self, x, hint: str) -> str:
@@ -94,13 +96,13 @@ class GraphOps(Ops):
 
     # -- data entering the device ------------------------------------------------------------------------------------
     def input(self, x, *, name):
-        value = super().input(value_of(x), name=name)
+        value = self.values.input(value_of(x), name=name)
         if isinstance(x, GraphTensor) and x.dtype != F32:
             return self._node("Cast", [x.name], name, value, x.batch_axis, to=onnx.TensorProto.FLOAT)
         return self._unary("Identity", x, name, value)
 
     def embedding(self, table, ids, *, name):
-        value = super().embedding(value_of(table), value_of(ids), name=name)
+        value = self.values.embedding(value_of(table), value_of(ids), name=name)
         if _batch_axis(table) is not None:
             raise GraphError(f"{name}: an embedding table with a batch axis is not recorded")
         inputs = [operand_name(self.graph, table, value.dtype, f"{name}.weight"),
@@ -109,7 +111,7 @@ class GraphOps(Ops):
 
     # -- matrix units ------------------------------------------------------------------------------------------------
     def linear(self, x, weight, bias=None, *, name):
-        value = super().linear(value_of(x), value_of(weight), value_of(bias), name=name)
+        value = self.values.linear(value_of(x), value_of(weight), value_of(bias), name=name)
         _no_batch(x, "a linear layer", [-1])
         node = self.graph.node_name(name)
         if isinstance(weight, GraphTensor):
@@ -128,7 +130,7 @@ class GraphOps(Ops):
 
     def matmul(self, a, b, *, name):
         # C-contiguous operands: numpy's matmul leaves BLAS for a strided view (a head split), ~10x slower
-        value = super().matmul(contiguous(value_of(a)), contiguous(value_of(b)), name=name)
+        value = self.values.matmul(contiguous(value_of(a)), contiguous(value_of(b)), name=name)
         if np.ndim(value_of(a)) < 2 or np.ndim(value_of(b)) < 2:
             raise GraphError(f"{name}: matmul of a vector is not recorded")
         _no_batch(a, "a matmul's contraction", [-1])
@@ -144,7 +146,7 @@ class GraphOps(Ops):
         return self._node("MatMul", [self._f32(a, f"{name}.a"), self._f32(b, f"{name}.b")], name, value, batch_axis)
 
     def conv2d(self, x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, name):
-        value = super().conv2d(value_of(x), value_of(weight), value_of(bias), stride=stride, padding=padding,
+        value = self.values.conv2d(value_of(x), value_of(weight), value_of(bias), stride=stride, padding=padding,
                                dilation=dilation, groups=groups, name=name)
         if _batch_axis(x) not in (None, 0):
             raise GraphError(f"{name}: conv2d input with its batch axis at {x.batch_axis}, not 0 (NCHW)")
@@ -158,26 +160,26 @@ class GraphOps(Ops):
 
     # -- elementwise -------------------------------------------------------------------------------------------------
     def add(self, a, b, *, name):
-        return self._binary("Add", a, b, name, super().add(value_of(a), value_of(b), name=name))
+        return self._binary("Add", a, b, name, self.values.add(value_of(a), value_of(b), name=name))
 
     def sub(self, a, b, *, name):
-        return self._binary("Sub", a, b, name, super().sub(value_of(a), value_of(b), name=name))
+        return self._binary("Sub", a, b, name, self.values.sub(value_of(a), value_of(b), name=name))
 
     def mul(self, a, b, *, name):
-        return self._binary("Mul", a, b, name, super().mul(value_of(a), value_of(b), name=name))
+        return self._binary("Mul", a, b, name, self.values.mul(value_of(a), value_of(b), name=name))
 
     def relu(self, x, *, name):
-        return self._unary("Relu", x, name, super().relu(value_of(x), name=name))
+        return self._unary("Relu", x, name, self.values.relu(value_of(x), name=name))
 
     def gelu(self, x, *, approximate="none", name):
-        value = super().gelu(value_of(x), approximate=approximate, name=name)
+        value = self.values.gelu(value_of(x), approximate=approximate, name=name)
         return self._unary("Gelu", x, name, value, approximate=approximate)
 
     def sigmoid(self, x, *, name):
-        return self._unary("Sigmoid", x, name, super().sigmoid(value_of(x), name=name))
+        return self._unary("Sigmoid", x, name, self.values.sigmoid(value_of(x), name=name))
 
     def silu(self, x, *, name):
-        value = super().silu(value_of(x), name=name)
+        value = self.values.silu(value_of(x), name=name)
         node = self.graph.node_name(name)
         x_name = self._f32(x, f"{name}.input")
         gate = self._inner("Sigmoid", [x_name], node, "sigmoid")[0]
@@ -186,10 +188,10 @@ class GraphOps(Ops):
         return GraphTensor(self.graph, out, value, _batch_axis(x), node)
 
     def tanh(self, x, *, name):
-        return self._unary("Tanh", x, name, super().tanh(value_of(x), name=name))
+        return self._unary("Tanh", x, name, self.values.tanh(value_of(x), name=name))
 
     def glu(self, x, *, axis, name):
-        value = super().glu(value_of(x), axis=axis, name=name)
+        value = self.values.glu(value_of(x), axis=axis, name=name)
         _no_batch(x, "glu", [axis])
         node = self.graph.node_name(name)
         first, second = self._inner("Split", [self._f32(x, f"{name}.input")], node, "split", outputs=2,
@@ -201,13 +203,13 @@ class GraphOps(Ops):
 
     # -- normalisation and reductions --------------------------------------------------------------------------------
     def layer_norm(self, x, gamma, beta, *, eps, name):
-        value = super().layer_norm(value_of(x), value_of(gamma), value_of(beta), eps=eps, name=name)
+        value = self.values.layer_norm(value_of(x), value_of(gamma), value_of(beta), eps=eps, name=name)
         _no_batch(x, "layer_norm", [-1])
         inputs = [self._f32(x, f"{name}.input"), self._f32(gamma, f"{name}.weight"), self._f32(beta, f"{name}.bias")]
         return self._node("LayerNormalization", inputs, name, value, _batch_axis(x), axis=-1, epsilon=float(eps))
 
     def batch_norm(self, x, mean, var, gamma, beta, *, eps, axis=1, name):
-        value = super().batch_norm(value_of(x), value_of(mean), value_of(var), value_of(gamma), value_of(beta), eps=eps,
+        value = self.values.batch_norm(value_of(x), value_of(mean), value_of(var), value_of(gamma), value_of(beta), eps=eps,
                                    axis=axis, name=name)
         _no_batch(x, "batch_norm", [axis])
         ndim = np.ndim(value_of(x))
@@ -217,24 +219,30 @@ class GraphOps(Ops):
                                                            (var, "running_var"))]
             return self._node("BatchNormalization", inputs, name, value, _batch_axis(x), epsilon=float(eps))
         # another channel axis: the reference's own scale and shift, then x * scale + shift
-        shape = [1] * ndim
-        shape[axis] = -1
         inv = (value_of(gamma) / np.sqrt(value_of(var) + F32(eps))).astype(F32)
         shift = (value_of(beta) - value_of(mean) * inv).astype(F32)
+        return self._scale_shift(x, inv, shift, axis=axis, name=name, value=value)
+
+    def _scale_shift(self, x, scale: np.ndarray, shift: np.ndarray, *, axis: int, name: str, value) -> GraphTensor:
+        """``x * scale + shift`` along channel ``axis`` (a batch norm folded into per-channel constants), whose
+        value on the example batch is ``value``."""
+        _no_batch(x, "batch_norm", [axis])
+        shape = [1] * x.ndim
+        shape[axis] = -1
         node = self.graph.node_name(name)
         scaled = self.graph.value_name(f"{node}/Mul")
-        self.graph.add_node("Mul", [self._f32(x, f"{name}.input"), self.graph.constant(inv.reshape(shape), f"{name}.scale")],
+        self.graph.add_node("Mul", [self._f32(x, f"{name}.input"), self.graph.constant(scale.reshape(shape), f"{name}.scale")],
                             [scaled], node)
         return self._last("Add", [scaled, self.graph.constant(shift.reshape(shape), f"{name}.shift")], node, "shift",
                           value, _batch_axis(x))
 
     def softmax(self, x, *, axis=-1, name):
-        value = super().softmax(value_of(x), axis=axis, name=name)
+        value = self.values.softmax(value_of(x), axis=axis, name=name)
         _no_batch(x, "softmax", [axis])
         return self._unary("Softmax", x, name, value, axis=int(axis))
 
     def mean(self, x, *, axis, keepdims=False, name):
-        value = super().mean(value_of(x), axis=axis, keepdims=keepdims, name=name)
+        value = self.values.mean(value_of(x), axis=axis, keepdims=keepdims, name=name)
         ndim = np.ndim(value_of(x))
         axes = sorted({int(a) % ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))})
         _no_batch(x, "mean", axes)
@@ -245,7 +253,7 @@ class GraphOps(Ops):
         return self._node("ReduceMean", inputs, name, value, batch_axis, keepdims=int(bool(keepdims)))
 
     def max_pool2d(self, x, *, kernel, stride, padding=0, name):
-        value = super().max_pool2d(value_of(x), kernel=kernel, stride=stride, padding=padding, name=name)
+        value = self.values.max_pool2d(value_of(x), kernel=kernel, stride=stride, padding=padding, name=name)
         if _batch_axis(x) not in (None, 0):
             raise GraphError(f"{name}: max_pool2d input with its batch axis at {x.batch_axis}, not 0 (NCHW)")
         ph, pw = as_pair(padding)
@@ -256,11 +264,16 @@ class GraphOps(Ops):
 # -- recording a model ---------------------------------------------------------------------------------------------
 @dataclass
 class Recording:
-    """A model's ONNX graph, the example batch it was recorded on, and the FP32 outputs on that batch."""
+    """A model's ONNX graph, the example batch it was recorded on, and the outputs the graph must reproduce on that
+    batch (the model's, at the graph's precision) within ``tolerance`` (see :func:`verify`)."""
 
     model: onnx.ModelProto
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
+    tolerance: float = VERIFY_TOLERANCE
+    # A graph of a precision: the FP32 model's outputs on the example batch, against which the graph's error must be
+    # the model's at that precision (see verify)
+    baseline: dict[str, np.ndarray] | None = None
 
     @property
     def weight_bytes(self) -> int:
@@ -268,10 +281,12 @@ class Recording:
 
 
 def record(model: Model, *, weights: str = "", version: str = "", batch_size: int = EXAMPLE_BATCH,
-           seed: int = EXAMPLE_SEED) -> Recording:
-    """The FP32 ONNX graph of ``model``: its ``forward`` run through :class:`GraphOps` on ``batch_size`` samples of
-    its own ``sample_inputs``. Inputs and outputs are named as the model's, the batch axis is dynamic (``batch``).
-    ``weights`` (where the weights came from) and ``version`` go to the graph's metadata."""
+           seed: int = EXAMPLE_SEED, ops: Callable[[GraphBuilder], GraphOps] = GraphOps, precision: str = "fp32",
+           metadata: dict[str, str] | None = None, tolerance: float = VERIFY_TOLERANCE) -> Recording:
+    """The ONNX graph of ``model``: its ``forward`` run through ``ops(graph)`` (:class:`GraphOps`: the FP32 graph) on
+    ``batch_size`` samples of its own ``sample_inputs``. Inputs and outputs are named as the model's (float outputs
+    as float32 whatever the graph computes in), the batch axis is dynamic (``batch``). ``weights`` (where the weights
+    came from), ``version``, ``precision`` and ``metadata`` go to the graph's metadata."""
     example = model.sample_inputs(batch_size, seed=seed)
     model.validate_inputs(example)
     graph = GraphBuilder({id(array): name for name, array in model.params.items()})
@@ -282,7 +297,7 @@ def record(model: Model, *, weights: str = "", version: str = "", batch_size: in
         value = np.ascontiguousarray(example[spec.name], dtype=np.dtype(spec.dtype))
         graph.add_input(spec.name, value.dtype, (BATCH, *spec.shape))
         feeds[spec.name] = GraphTensor(graph, spec.name, value, 0, spec.name)
-    results = model.forward(feeds, GraphOps(graph))
+    results = model.forward(feeds, ops(graph))
     if set(results) != set(model.output_names):
         raise GraphError(f"{model.name}: forward returned {sorted(results)}, the model declares {list(model.output_names)}")
     outputs = {}
@@ -290,14 +305,18 @@ def record(model: Model, *, weights: str = "", version: str = "", batch_size: in
         result = results[name]
         if not isinstance(result, GraphTensor) or result.batch_axis != 0:
             raise GraphError(f"{model.name}: output {name!r} does not have the batch as its first axis")
+        if result.dtype.kind == "f" and result.dtype != F32:
+            result = result.astype(F32)
         graph.add_output(name, result.name, result.dtype, (BATCH, *result.value.shape[1:]))
         outputs[name] = result.value
     config = json.dumps(asdict(model.config), sort_keys=True)
-    metadata = {"model": model.name, "precision": "fp32", "config": config, "weights": weights or "seeded"}
-    doc = (f"{model.name} in FP32, recorded from the ipu-conformance numpy model (weights: {weights or 'seeded'}). "
-           f"Node names are the suite's layer names.")
-    proto = graph.model(model.name, doc, metadata, producer_version=version)
-    return Recording(proto, example, outputs)
+    described = "FP32" if precision == "fp32" else f"the precision {precision}"
+    meta = {"model": model.name, "precision": precision, "config": config, "weights": weights or "seeded",
+            **(metadata or {})}
+    doc = (f"{model.name} in {described}, recorded from the ipu-conformance numpy model (weights: "
+           f"{weights or 'seeded'}). Node names are the suite's layer names.")
+    proto = graph.model(model.name, doc, meta, producer_version=version)
+    return Recording(proto, example, outputs, tolerance)
 
 
 def check(data) -> None:
@@ -306,17 +325,29 @@ def check(data) -> None:
 
 
 def verify(recording: Recording, graph) -> float:
-    """Run ``graph`` (serialised, or a path) on onnxruntime's CPU provider on the recording's example batch; the
-    largest difference from the recorded FP32 outputs relative to max(1, their largest magnitude). A GraphError when
-    it exceeds VERIFY_TOLERANCE (the graph does not compute what the model does)."""
+    """Run ``graph`` (serialised, or a path) on onnxruntime's CPU provider on the recording's example batch and
+    measure how far its outputs are from the model's. An FP32 graph: the largest difference from the recorded outputs
+    relative to max(1, their largest magnitude). A graph of a precision (a recording with a ``baseline``, the FP32
+    model's outputs): its error is the precision's, i.e. the largest |log2| over the outputs of onnxruntime's relative
+    L2 distance from the FP32 outputs over the recorded outputs' distance from them. A GraphError when it exceeds the
+    recording's tolerance (the graph does not compute what the model does)."""
     outputs = runtime.run(runtime.session(graph), recording.inputs, batch_size=len(next(iter(recording.inputs.values()))))
     worst = 0.0
     for name, expected in recording.outputs.items():
-        scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
-        worst = max(worst, float(np.max(np.abs(outputs[name].astype(np.float64) - expected), initial=0.0)) / scale)
-    if not worst <= VERIFY_TOLERANCE:
+        if recording.baseline is None:
+            scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
+            worst = max(worst, float(np.max(np.abs(outputs[name].astype(np.float64) - expected), initial=0.0)) / scale)
+        else:
+            graph_error = runtime.relative_error(outputs[name], recording.baseline[name])
+            model_error = runtime.relative_error(expected, recording.baseline[name])
+            if graph_error == model_error:
+                continue
+            worst = max(worst, abs(float(np.log2(graph_error / model_error))) if graph_error and model_error else np.inf)
+    if not worst <= recording.tolerance:
+        measure = ("of their scale" if recording.baseline is None else
+                   "(|log2| of the graph's error from FP32 over the model's at this precision)")
         raise GraphError(f"{recording.model.graph.name}: onnxruntime's outputs differ from the model's by {worst:.3g} "
-                         f"of their scale on the example batch (at most {VERIFY_TOLERANCE:g} expected)")
+                         f"{measure} on the example batch (at most {recording.tolerance:g} expected)")
     return worst
 
 

@@ -50,9 +50,17 @@ def backend_class(name: str) -> type[Backend]:
 
 
 def get_backend(name: str, chip: str | None = None) -> Backend:
-    """A new instance of the backend registered as ``name`` (on ``chip``, for a simulated backend that offers several)."""
+    """A new instance of the backend registered as ``name`` (on ``chip``, for a simulated backend that offers several).
+    A run makes one, with its settings (:class:`conformance.settings.RunSettings`); a command that takes a hardware
+    name alone makes its own."""
     return backend_class(name)(chip)
 
 
+def hardware_precisions(name: str) -> tuple[str, ...]:
+    """The precisions of the hardware registered as ``name``, against which a data file that names that hardware's
+    precisions is checked (a backend's precisions may come from its own data files: it is made to read them)."""
+    return tuple(get_backend(name).precisions)
+
+
 __all__ = ["Backend", "UnsupportedCombination", "ENTRY_POINT_GROUP", "HardwareRegistryError", "backend_class",
-           "get_backend", "hardware_names"]
+           "get_backend", "hardware_names", "hardware_precisions"]

@@ -5,11 +5,15 @@ A backend is a :class:`Backend` subclass registered under its name in the entry-
 supports instead of being probed for it:
 
 - :meth:`Backend.prepare` returns what runs a model at a precision (:class:`Prepared`: ops objects the model computes
-  through, and what the run used, such as FP8 scales, for the record);
+  through, and what the run used, for the record); a precision that is calibrated on data (post-training
+  quantization scales) is calibrated there, by the backend that has it;
 - :meth:`Backend.loadgen_device` returns the device LoadGen's scenarios drive (:mod:`conformance.hardware.devices`);
 - :attr:`Backend.precisions`, :attr:`Backend.models`, :attr:`Backend.scenarios`, :attr:`Backend.audits` and the
   ``*_support`` methods say what it runs, with a reason where it does not;
-- :attr:`Backend.timing` says whether its latencies are measured on the host or come from a model of the device.
+- :attr:`Backend.timing` says whether its latencies are measured on the host or come from a model of the device;
+- what only the backend knows reaches the generic parts through it: :meth:`Backend.op_checks` (op-level numerics
+  probes), :meth:`Backend.data_types` (what each precision holds, for the report), :meth:`Backend.timing_model` and
+  :meth:`Backend.predicted_throughput` (a simulated device's model, for the records and the report's pictures).
 
 The suite then checks the backend's outputs against the FP32 references with the accuracy gates of
 ``targets/accuracy.toml`` and its speed against ``targets/performance.toml``; a backend distributed on its own brings its
@@ -31,6 +35,9 @@ AUDITS = ("TEST01", "TEST04")
 # The benchmarks of LoadGen's built-in mlperf.conf that the suite's models stand for (their settings and seeds).
 MLPERF_BENCHMARKS = ("resnet50", "bert", "dlrm-v2", "rnnt")
 TIMINGS = ("measured", "simulated")
+# MLPerf's measurements.json fields that say what a precision holds; the FP32 reference's values.
+DATA_TYPE_KEYS = ("input_data_types", "weight_data_types", "weight_transformations")
+FP32_DATA_TYPES = {"input_data_types": "fp32", "weight_data_types": "fp32", "weight_transformations": "none"}
 
 
 class UnsupportedCombination(Exception):
@@ -39,8 +46,9 @@ class UnsupportedCombination(Exception):
 
 class Prepared:
     """What runs ``model`` at ``precision`` on a backend: :meth:`ops` gives an ops object the model computes through
-    (each call a new one, all with the same numerics, e.g. the same FP8 scales; ``recorder`` sees every op's output);
-    :meth:`details` says what a run with those ops used, for its record."""
+    (each call a new one, all with the same numerics, e.g. the same quantization scales; ``recorder`` sees every
+    op's output); :meth:`details` says what a run with those ops used, for its record (and for the backend's
+    :meth:`Backend.op_checks`)."""
 
     def __init__(self, model, precision: str, make_ops: Callable[[Recorder | None], Ops]):
         self.model = model
@@ -117,18 +125,33 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def prepare(self, model, precision: str, calibration_inputs: dict | None = None, *, batch_size: int = 4,
                 case: str | None = None) -> Prepared:
-        """What runs ``model`` at ``precision``. ``calibration_inputs`` replace the backend's own calibration set (FP8
-        scales); ``batch_size`` is the batch calibration runs at; ``case`` names the per-model settings to use when
-        they are not the model's own (a checkpoint that is not one of the six models)."""
+        """What runs ``model`` at ``precision``. For a precision calibrated on data: ``calibration_inputs`` (input
+        name -> samples) replace the backend's own calibration set, run in batches of ``batch_size``. ``case`` names
+        the backend's per-model settings to use when they are not those of ``model.name`` (a checkpoint that is not
+        one of the six models). A backend that calibrates nothing ignores all three."""
 
     @abc.abstractmethod
     def loadgen_device(self, model, precision: str, workload: Workload) -> Device:
         """The device LoadGen's scenarios drive for ``model`` at ``precision`` on ``workload``."""
 
-    def op_checks(self, model_name: str, precision: str, run_fp8_scales: dict | None = None) -> tuple[int, dict] | None:
+    def op_checks(self, model_name: str, precision: str, run: dict) -> tuple[int, dict] | None:
         """Op-level numerics checks of the pair against an independent oracle: (mismatches, what each probe compared
-        and its first mismatch); ``run_fp8_scales``: the FP8 scales the model's run used (op -> operand -> scale).
-        None: the backend has no such checks (a gate on ``op_mismatches`` then fails as not computed)."""
+        and its first mismatch). ``run``: what the model's run used, the :meth:`Prepared.details` of its ops (``{}``
+        for checks made apart from a run). None: the backend has no such checks (a gate on ``op_mismatches`` then
+        fails as not computed)."""
+        return None
+
+    def data_types(self, precision: str) -> dict[str, str]:
+        """What ``precision`` holds, as MLPerf's measurements.json says it (:data:`DATA_TYPE_KEYS`), for the report;
+        by default the precision's name in each field (``fp32``: the FP32 reference's values)."""
+        if precision == "fp32":
+            return dict(FP32_DATA_TYPES)
+        return {key: precision for key in DATA_TYPE_KEYS}
+
+    def predicted_throughput(self, model_name: str, precision: str, batches, rows_per_sample: int) -> dict | None:
+        """For a simulated backend, its device model's prediction at each device batch of ``batches`` (samples of
+        ``rows_per_sample`` rows): ``{"samples_per_s": [...], "fits": [...] (the batch fits the device's memory),
+        "packed": whether the runs pack sequences into rows}``; None for measured hardware."""
         return None
 
     def versions(self) -> dict[str, str]:

@@ -2,10 +2,10 @@
 
 A *device* serves batches of QSL sample indices. Two kinds cover the suite's hardware:
 
-- :class:`ServiceTimeDevice`: a device on a simulated timeline whose service times come from a model (the simulated IPU,
-  the null hardware): a batch starts when the device is free, occupies it for its occupancy and completes after its
-  latency; its answers are computed when LoadGen loads the samples.
-- :class:`ExecutingDevice`: real execution, really timed (the cpu).
+- :class:`ServiceTimeDevice`: a device on a simulated timeline whose service times come from a model of the device (or
+  are zero, for a device that measures the harness alone): a batch starts when the device is free, occupies it for its
+  occupancy and completes after its latency; its answers are computed when LoadGen loads the samples.
+- :class:`ExecutingDevice`: real execution, really timed.
 
 A QSL sample is one model sample (an image, a sequence, an utterance), except for wide&deep, where it is one request of
 ``rows_per_sample`` candidate rows (MLPerf's DLRM aggregates user-item pairs into samples the same way): a LoadGen

@@ -190,13 +190,16 @@ class _Scratch(threading.local):
 _SCRATCH = _Scratch()
 
 
+THREADS_VARIABLE = "CONFORMANCE_THREADS"
+
+
 def worker_threads() -> int:
     """Threads the emulator's elementwise passes and half-partials kernels use: the cores this process may run on,
     at most 8. ``CONFORMANCE_THREADS`` overrides it (1 turns threading off, e.g. under pytest-xdist)."""
-    value = os.environ.get("CONFORMANCE_THREADS", "")
+    value = os.environ.get(THREADS_VARIABLE, "")
     if value:
         if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"CONFORMANCE_THREADS must be a positive integer, got {value!r}")
+            raise ValueError(f"{THREADS_VARIABLE} must be a positive integer, got {value!r}")
         return int(value)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(8, cores))
@@ -476,7 +479,9 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
     if split is None:
         if round_a:
             a = quantize(a, fmt, scale=scale, overflow=overflow)
-        y = np.asarray(_NUMPY_OPS[op](a, b, dtype=np.float32, out=out))  # 0-d operands give a scalar: an array
+        if out is None:  # C order, whatever the operands' layouts: the rounding pass below works on it in place
+            out = np.empty(shape, np.float32)
+        y = np.asarray(_NUMPY_OPS[op](a, b, dtype=np.float32, out=out))
         if y.size:
             _round_nearest_into(y, y, info, scale, overflow)
         return y

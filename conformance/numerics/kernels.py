@@ -2,7 +2,8 @@
 ("partials") of the IPU's AMP unit emulated.
 
 * Products are exact: FP16 x FP16 and FP8 x FP8 products (scaled FP8 included) fit in FP32's 24-bit significand.
-* ``partials="float"``: the sum runs in FP32 (numpy's sgemm; any FP32 summation order is within the same error bound).
+* ``partials="float"``: the sum runs in FP32 (numpy's sgemm; conv2d through the FP32 models' own convolution,
+  ``models.ops.conv2d_fp32``; any FP32 summation order is within the same error bound).
 * ``partials="half"``: K is cut into blocks of ``block``; each block's products are summed in FP32 and added in FP32 to
   the running FP16 partial, which is rounded back to FP16 after every block (nearest or stochastic, saturating).
   The hardware's block size and order are not public; this is a model (see ``DEFAULT_BLOCK``), compare with tolerances.
@@ -42,6 +43,7 @@ from conformance.numerics.formats import (
     run_split,
     worker_pool,
 )
+from models.ops import as_pair, conv2d_fp32  # the FP32 convolution: float partials' fast layout
 
 PARTIALS = ("float", "half")
 OUT_FORMATS = ("f16", None)
@@ -313,58 +315,6 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     a3 = np.broadcast_to(a, batch + (m, k)).reshape(nbatch, m, k)
     b3 = np.broadcast_to(b, batch + (k, n)).reshape(nbatch, k, n)
     return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
-
-
-def as_pair(v) -> tuple[int, int]:
-    """An int or a pair of ints as a pair (unchecked: for validated arguments)."""
-    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
-
-
-def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
-    """NCHW convolution in float32: one sgemm ``W (O, C*kh*kw) @ cols (C*kh*kw, Ho*Wo)`` per sample and group, the
-    columns gathered tap by tap straight into that layout (no transposes of the output); 1x1 convs skip the gather,
-    depthwise convs are a sum over kernel taps."""
-    x = np.asarray(x, np.float32)
-    w = np.asarray(w, np.float32)
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    sh, sw = as_pair(stride)
-    ph, pw = as_pair(padding)
-    dh, dw = as_pair(dilation)
-    if c != cg * groups or o % groups:
-        raise ValueError(f"conv2d: input has {c} channels, weight {tuple(w.shape)} with groups={groups} expects {cg * groups}")
-    if ph or pw:
-        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    eh, ew = dh * (kh - 1) + 1, dw * (kw - 1) + 1
-    ho = (x.shape[2] - eh) // sh + 1
-    wo = (x.shape[3] - ew) // sw + 1
-    if groups == c and cg == 1 and o == c and groups > 1:
-        # channels last, so that each tap's per-channel weight runs along the contiguous axis
-        xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1))  # (N, H, W, C)
-        wl = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))  # (kh, kw, C)
-        out = np.zeros((n, ho, wo, c), np.float32)
-        product = np.empty_like(out)
-        for i in range(kh):
-            for j in range(kw):
-                tap = xl[:, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-                np.multiply(tap, wl[i, j], out=product)
-                out += product
-        return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
-    if kh == 1 and kw == 1:
-        cols = x[:, :, : sh * (ho - 1) + 1: sh, : sw * (wo - 1) + 1: sw]
-        cols = np.ascontiguousarray(cols).reshape(n, groups, cg, ho * wo)  # (N, G, Cg, Ho*Wo)
-    else:
-        cols = np.empty((n, c, kh, kw, ho, wo), np.float32)
-        for i in range(kh):
-            for j in range(kw):
-                cols[:, :, i, j] = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-        cols = cols.reshape(n, groups, cg * kh * kw, ho * wo)  # (N, G, Cg*kh*kw, Ho*Wo)
-    wg = w.reshape(groups, o // groups, cg * kh * kw)  # (G, O/G, Cg*kh*kw)
-    out = np.empty((n, groups, o // groups, ho * wo), np.float32)
-    for b in range(n):  # one sgemm each: a broadcast matmul would not call BLAS
-        for g in range(groups):
-            np.matmul(wg[g], cols[b, g], out=out[b, g])
-    return out.reshape(n, o, ho, wo)
 
 
 def _checked_pair(v, what: str, minimum: int) -> tuple[int, int]:

@@ -25,6 +25,9 @@ from conformance.hardware.devices import Device
 from conformance.perf.interrupts import deferred_interrupts
 from conformance.perf.sut import BatchingSUT
 
+# The scenarios LoadGen drives one query at a time: their result is a latency (Server's and Offline's a throughput).
+STREAM_SCENARIOS = ("SingleStream", "MultiStream")
+
 COMPLIANT_MIN_DURATION_MS = 600_000  # MLPerf inference rules: every performance run lasts at least 600 s
 MULTISTREAM_SAMPLES_PER_QUERY = 8
 # The metric each scenario reports (MLPerf): its name, units and the direction of "better".
@@ -128,7 +131,7 @@ class ScenarioSettings:
     def loadgen_target_qps(self) -> float:
         """LoadGen's internal target QPS: 1e9 / expected latency (ns) in SingleStream and MultiStream, the target or
         expected QPS in Server and Offline."""
-        if self.scenario in ("SingleStream", "MultiStream"):
+        if self.scenario in STREAM_SCENARIOS:
             return 1e9 / self.expected_latency_ns
         return float(self.target_qps)
 

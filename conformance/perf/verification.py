@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from conformance.perf.harness import ScenarioResult
+from conformance.perf.harness import STREAM_SCENARIOS, ScenarioResult
 
 TEST_PASS = "TEST PASS"
 # The result field each scenario's score is read from (TEST01's verify_performance.py reads the detail log).
@@ -72,7 +72,7 @@ def test04_score(result: ScenarioResult) -> float:
     value = result_score(result)
     if value is None:
         return 0.0
-    return 1e9 / value if result.scenario in ("SingleStream", "MultiStream") and value else value
+    return 1e9 / value if result.scenario in STREAM_SCENARIOS and value else value
 
 
 def test04_performance(reference: ScenarioResult, test: ScenarioResult, limit_for) -> str:

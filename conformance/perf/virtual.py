@@ -49,6 +49,7 @@ from conformance.perf.accuracy_log import (
 from conformance.perf.harness import (
     COMPLIANT_MIN_DURATION_MS,
     METRICS,
+    STREAM_SCENARIOS,
     ScenarioResult,
     ScenarioSettings,
     scenario_metric,
@@ -213,7 +214,7 @@ class _LoadGen:
         scenario = self.settings.scenario
         if self.settings.mode == "AccuracyOnly":
             yield from self._every_sample_once()
-        elif scenario in ("SingleStream", "MultiStream"):
+        elif scenario in STREAM_SCENARIOS:
             yield from self._one_at_a_time()
         elif scenario == "Server":
             yield from self._poisson()

@@ -4,15 +4,19 @@
 :func:`compare` compares a whole run (its ``regressions`` in results.json); :func:`compare_test` compares the records of one
 test as its report is made, so that the test that produced a regressed figure fails.
 
-A baseline is read through :mod:`conformance.report.verify` (an edited or inconsistent file is refused), and one that
-can compare nothing is refused too: a file without a gated check with a value before any test runs, and at the end of
-the run one that has none of the run's gated checks (:func:`common`).
+A baseline is read through :mod:`conformance.report.verify` (an edited or inconsistent file is refused); one of other
+hardware, or recorded with another setting that changes the figures (profile, samples, checkpoint, data set,
+calibration, device: :mod:`conformance.report.compare`), is refused naming each; one that can compare nothing is
+refused too: a file without a gated check with a value before any test runs, and at the end of the run one that has
+none of the run's gated checks (:func:`common`). A baseline that did not pass, or that chose other models or
+precisions, is accepted with a warning naming it (:func:`warnings_of`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from conformance.report import compare as runs
 from conformance.report import record as results_record
 from conformance.report import verify
 from conformance.report.checks import CLOCK_KEY, timing_of
@@ -40,23 +44,45 @@ class Regression:
         return asdict(self)
 
 
-def load_baseline(path, *, hardware: str, profile: str) -> dict:
-    """Read ``path`` and check it can be compared with a run on ``hardware`` at ``profile``."""
+def load_baseline(path, run: dict) -> dict:
+    """Read ``path`` and check it can be compared with ``run`` (a results record of this run's settings, as
+    :func:`conformance.report.record.build` makes it before any test): the same hardware, and no setting that changes
+    the figures differing (:data:`conformance.report.compare.FIGURE_SETTINGS`: profile, device, samples, checkpoints,
+    data sets ...), each one named; and a baseline that compares nothing is refused too."""
     try:
         data = verify.load(path)
     except (results_record.ResultsError, verify.InconsistentResults) as exc:
         raise BaselineError(f"--baseline {exc}") from None
-    found = data["settings"]
-    if found["hardware"] != hardware:
-        raise BaselineError(f"--baseline {path}: recorded on hardware {found['hardware']!r}, this run is on {hardware!r}; "
+    found, wanted = data["settings"]["hardware"], run["settings"]["hardware"]
+    if found != wanted:
+        raise BaselineError(f"--baseline {path}: recorded on hardware {found!r}, this run is on {wanted!r}; "
                             f"compare runs of the same hardware")
-    if found["profile"] != profile:
-        raise BaselineError(f"--baseline {path}: recorded with profile {found['profile']!r}, this run uses {profile!r}; "
-                            f"sample counts differ between profiles, so the figures are not comparable")
+    differ = [f"recorded with {d.setting}{f' of {d.model}' if d.model else ''} {runs.shown(d.old)!r}, this run uses "
+              f"{runs.shown(d.new)!r}" for d in runs.differences(data, run) if d.changes_figures]
+    if differ:
+        raise BaselineError(f"--baseline {path}: {'; '.join(differ)}: settings that change the figures, so they are not "
+                            f"comparable; give the results.json of a run with the same settings")
     if not comparable(data["records"]):
         raise BaselineError(f"--baseline {path}: compares nothing: it holds no gated check with a value "
                             f"({len(data['records'])} record(s)); give the results.json of a run that judged something")
     return data
+
+
+def warnings_of(path, data: dict, run: dict) -> list[str]:
+    """What a run compared with the baseline ``data`` should say: a baseline that did not pass (its failing figures
+    are what regressions are measured from), and another choice of models or precisions."""
+    found = []
+    if data["verdict"] != "PASS":
+        failed = sum(1 for r in data["records"] if r.get("gating", True) and not r["passed"]
+                     and r.get("outcome") != "xfailed")
+        tests = sum(1 for t in data["tests"] if t["outcome"] in ("failed", "error"))
+        found.append(f"--baseline {path} is a run that did not pass (verdict {data['verdict']}: {failed} gate(s) "
+                     f"failed, {tests} test(s) failed); regressions are measured from its figures as they are")
+    selection = [d.describe() for d in runs.differences(data, run) if not d.changes_figures]
+    if selection:
+        found.append(f"--baseline {path} chose other checks (baseline -> this run): {'; '.join(selection)}; only the "
+                     f"checks both runs hold are compared")
+    return found
 
 
 def comparable(baseline: list[dict]) -> set[str]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 
 from conformance.report.checks import RECORD_KEY
-from conformance.report.render import verdict
+from conformance.report.render import NOT_ESTABLISHED
+from conformance.report.render import verdict as check_verdict
 
 XFAIL_KEY = "conformance_xfail"
 SHARED_DETAILS_KEY = "conformance_shared_details"  # the details every record of a test holds, written once
@@ -78,7 +79,7 @@ def record_line(record: dict) -> str:
     where = " ".join(str(record.get(k)) for k in ("model", "precision", "scenario") if record.get(k))
     units = f" {record['units']}" if record.get("units") else ""
     return (f"{where} {record.get('check')}: {record.get('value')} {record.get('op')} {record.get('target')}{units}, "
-            f"{verdict(record)}")
+            f"{check_verdict(record)}")
 
 
 def properties(report) -> list[tuple]:
@@ -140,14 +141,15 @@ class Collector:
         return result
 
     def progress(self, node_id: str) -> str:
-        """A finished test in one line: model, precision, scenario or kind, samples, elapsed time, verdict."""
+        """A finished test in one line: model, precision, scenario or kind, samples, elapsed time, the verdict as the
+        report gives it, and for a failure or skip its whole reason (its further lines indented below)."""
         entry = self._tests.get(node_id)
         if entry is None or entry["outcome"] is None:
             return ""
         records = [dict(v) for k, v in entry["_props"] if k == RECORD_KEY]
         verdict = _PROGRESS_VERDICT.get(entry["outcome"], entry["outcome"].upper())
-        if verdict == "PASS" and any(r.get("established") is False and r.get("passed") for r in records):
-            verdict = "PASS*"
+        if verdict == "PASS" and any(check_verdict(r) == NOT_ESTABLISHED for r in records):
+            verdict = NOT_ESTABLISHED  # as the report shows its gates: an informational check never makes it PASS*
         name = node_id.split("::")[-1]
         parts = []
         if records:
@@ -160,8 +162,11 @@ class Collector:
             if isinstance(samples, int):
                 parts.append(f"{samples} {'samples' if 'samples' in details else 'queries'}")
         parts.append(f"{entry['duration_s']:.1f} s")
-        reason = entry["message"].splitlines()[0] if entry["outcome"] in ("skipped", "failed", "error") and entry["message"] else ""
-        return f"{name}: {', '.join(parts)}, {verdict}" + (f" ({reason[:100]})" if reason else "")
+        line = f"{name}: {', '.join(parts)}, {verdict}"
+        if entry["outcome"] not in ("skipped", "failed", "error") or not entry["message"].strip():
+            return line
+        first, *rest = entry["message"].strip("\n").splitlines()  # the whole reason: its first line, then the others
+        return "\n".join([f"{line}: {first}", *(f"    {text}" for text in rest)])
 
     def records(self) -> list[dict]:
         """Every check record with its test's outcome and a stable id, in a fixed order."""

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
-from conformance.fileio import write_text_atomic
+from conformance.fileio import MIB, parse_json, read_text, write_text_atomic
 from conformance.report.render import verdict as check_verdict
 
 SCHEMA = "ipu-conformance/results/1"
@@ -52,6 +52,7 @@ OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 NO_VERDICT = "NO VERDICT"  # the run judged nothing: no gated check was evaluated (or every one was waived)
 VERDICTS = ("PASS", "FAIL", NO_VERDICT)
 EXIT_NO_VERDICT = 5  # pytest's "no tests collected": nothing was judged
+RESULTS_LIMIT = 64 * MIB  # a results.json of every model, precision and scenario is a few MB
 
 # ----- the schema: pydantic models of the file; results.schema.json is generated from them -----------------------------
 # Known structures refuse keys they do not know (a typo is an error); the parts that backends and tests extend (machine,
@@ -447,17 +448,35 @@ def schema_json() -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
-def load(path) -> dict:
-    """Read and validate a results.json; a ResultsError saying what is wrong with it."""
-    path = Path(path)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(name)
+
+
+def read(path) -> Any:
+    """The JSON document of a results.json, read bounded (a regular file of at most :data:`RESULTS_LIMIT` bytes, UTF-8)
+    and parsed strictly (no NaN or Infinity, which the suite writes as null; no number of thousands of digits, no
+    nesting deeper than Python can read); a ResultsError naming the file and what is wrong otherwise."""
+    return parse(read_text(path, "a results.json", RESULTS_LIMIT, ResultsError), path)
+
+
+def parse(text: str, path) -> Any:
+    """The JSON document of a results.json's ``text``, parsed strictly as :func:`read` says."""
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
+        return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    return validate(data, source=str(path))
+    except (RecursionError, ValueError):  # a number or a depth the strict reader names with its line
+        parse_json(text, path, ResultsError)
+        raise ResultsError(f"{path}: not valid JSON") from None
+
+
+def load(path) -> dict:
+    """Read (:func:`read`) and validate a results.json; a ResultsError saying what is wrong with it."""
+    return validate(read(path), source=str(path))

@@ -1,19 +1,29 @@
 """Renders a results record (``results.json``) as the compliance table: terminal, ``compliance.md``, ``results.csv``, html.
 
-Every function takes the results dict only, so ``ipu-conformance report`` renders exactly what the run rendered.
+Every function takes the results dict (and the terminal its width, the page the directory its plots are read from to be
+embedded), so ``ipu-conformance report`` renders exactly what the run rendered. ``compliance.md`` and ``results.html``
+are two renderings of one description of their sections (:func:`sections`).
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import html
 import io
+import os
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
 
 from tabulate import tabulate
 
+from conformance.hardware.base import SCENARIOS
 from conformance.report.checks import provenance, timing_model_of
 from conformance.report.judged import HEADERS as JUDGED_HEADERS
 from conformance.report.judged import judged_by_model, judged_rows
+from conformance.targets.accuracy import TENSOR_METRICS
 
 # measurements.json-style data types per precision; a record's details may override any of these keys
 DATA_TYPES = {
@@ -209,9 +219,6 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
 
 # ----- the verdict matrix: models x (precisions for accuracy, scenarios for performance) ---------------------------
 
-SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
-
-
 def _worst(verdicts) -> str:
     found = [v for v in verdicts if v in VERDICT_ORDER]
     return max(found, key=VERDICT_ORDER.index) if found else ""
@@ -232,7 +239,7 @@ def _key_accuracy_record(records: list[dict]) -> dict | None:
     failing = [r for r in gating if verdict(r) in ("FAIL", "XFAIL", NOT_ESTABLISHED)]
     if failing:
         return max(failing, key=lambda r: VERDICT_ORDER.index(verdict(r)))
-    task = [r for r in gating if r["check"] not in ("snr_db", "cosine", "max_abs_error")]
+    task = [r for r in gating if r["check"].split("@")[0] not in TENSOR_METRICS]
     snr = [r for r in gating if r["check"] == "snr_db"]
     return (task or snr or gating or [None])[0]
 
@@ -333,7 +340,7 @@ def _result_record(records: list[dict], scenario: str) -> dict | None:
         text = (r["check"] + " " + r.get("units", "")).lower()
         return "/s" in text or "per_s" in text or "qps" in text or "throughput" in text
 
-    wanted = is_latency if scenario in ("SingleStream", "MultiStream") else is_throughput
+    wanted = is_latency if SCENARIO_UNITS.get(scenario, "").startswith("Latency") else is_throughput
     return next((r for r in records if wanted(r)), records[0] if records else None)
 
 
@@ -475,45 +482,280 @@ def _value_text(record: dict) -> str:
 
 
 def verdict_line(results: dict) -> str:
-    """The run's verdict in one line: what the terminal prints last."""
+    """The run's verdict in one line: what the terminal prints last (one line, whatever the width, for a CI log's
+    search)."""
     return (f"conformance {results['verdict']}: hardware={results['hardware']['name']}, "
             f"profile={results['settings']['profile']}, {outcome_counts(results)}; {_checks_summary(results)}")
 
 
-def terminal(results: dict, detailed: bool = True) -> str:
-    """The summary, the matrix, the detailed checks (``detailed``), the failures with their whole reasons, the
-    regressions; the verdict line last, where it does not scroll away."""
-    lines = [f"{key}: {value}" for key, value in _summary_pairs(results)]
+def skipped_tests(results: dict) -> list[tuple[str, list[str]]]:
+    """The skipped tests grouped by their reason: (reason, [test ids]), in the run's order."""
+    groups: dict[str, list[str]] = {}
+    for test in results["tests"]:
+        if test["outcome"] == "skipped":
+            groups.setdefault(test["message"] or "(no reason given)", []).append(test["id"])
+    return list(groups.items())
+
+
+# ----- text that fits a width (the terminal's COLUMNS) -----------------------------------------------------------------
+
+TERMINAL_FALLBACK = 120  # columns when neither COLUMNS nor a terminal says (a CI log, a pipe)
+NARROWEST = 40  # a width below this is taken as this
+CHECKS_DETAIL_COLUMNS = ("Timing", "Units")  # left out of the checks table, in this order, when it does not fit
+COLUMN_GAP = 2  # tabulate's "simple" format: two spaces between columns
+
+
+def terminal_width(stream=None) -> int:
+    """``COLUMNS`` when set, else the width of the terminal ``stream`` (standard output) writes to, else
+    :data:`TERMINAL_FALLBACK` (output that goes to a file or a pipe)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return max(int(columns), NARROWEST)
+    stream = sys.stdout if stream is None else stream
+    try:
+        if stream.isatty():
+            return max(os.get_terminal_size(stream.fileno()).columns, NARROWEST)
+    except (AttributeError, OSError, ValueError):  # no descriptor (captured), or not a terminal after all
+        pass
+    return TERMINAL_FALLBACK
+
+
+def wrap(text: str, width: int | None, indent: str = "", first: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken only between words (a word longer than the width
+    stands alone on its line, whole): ``first`` before the first line, ``indent`` before the others."""
+    if width is None:
+        return [first + text]
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [first.rstrip()]
+
+
+def _longest_word(text: str) -> int:
+    return max((len(word) for word in str(text).split()), default=0)
+
+
+def _cell_width(text: str) -> int:
+    return max((len(line) for line in str(text).splitlines()), default=0)
+
+
+def fit_table(headers, rows, width: int | None, droppable=()) -> str:
+    """A "simple" table that fits ``width``: cells wrapped between words, the widest column first; where even that is
+    too wide, the ``droppable`` columns left out in their order (named in a last line). A table whose words alone do
+    not fit is printed as narrow as its words allow."""
+    headers, rows = [str(h) for h in headers], [[str(c) for c in row] for row in rows]
+    dropped = []
+    for name in droppable:  # detail columns go before any cell is wrapped
+        if width is None or _natural_width(headers, rows) <= width or name not in headers:
+            continue
+        index = headers.index(name)
+        dropped.append(headers.pop(index))
+        rows = [row[:index] + row[index + 1:] for row in rows]
+    text = _wrapped_table(headers, rows, width)
+    if dropped:
+        text += f"\n(left out to fit {width} columns: {', '.join(dropped)}; a wider COLUMNS shows them)"
+    return text
+
+
+def _natural_width(headers: list[str], rows: list[list[str]]) -> int:
+    return sum(max(_cell_width(c) for c in column) for column in zip(headers, *rows)) + COLUMN_GAP * (len(headers) - 1)
+
+
+def simple_table(headers, rows) -> str:
+    """tabulate's "simple" format (left-aligned, two spaces between columns, dashes under the headers), without its
+    padding of the headers, so that a column is as narrow as its longest word; cells may hold several lines."""
+    headers, rows = [str(h) for h in headers], [[str(c) for c in row] for row in rows]
+    sizes = [max(_cell_width(c) for c in column) for column in zip(headers, *rows)]
+    gap = " " * COLUMN_GAP
+
+    def lines(cells) -> list[str]:
+        split = [c.splitlines() or [""] for c in cells]
+        return [gap.join(part[i].ljust(size) if i < len(part) else " " * size for part, size in zip(split, sizes))
+                .rstrip() for i in range(max(len(part) for part in split))]
+
+    out = lines(headers) + [gap.join("-" * size for size in sizes)]
+    for row in rows:
+        out += lines(row)
+    return "\n".join(out)
+
+
+def _wrapped_table(headers: list[str], rows: list[list[str]], width: int | None) -> str:
+    """The table with its widest columns' cells wrapped between words until it fits ``width`` (or its words do)."""
+    columns = list(zip(headers, *rows))
+    natural = [max(_cell_width(c) for c in column) for column in columns]
+    budget = None if width is None else width - COLUMN_GAP * (len(headers) - 1)
+    if budget is None or sum(natural) <= budget:
+        return simple_table(headers, rows)
+    least = [max(_longest_word(c) for c in column) for column in columns]
+    sizes = list(natural)
+    while sum(sizes) > budget:
+        slack = [size - low for size, low in zip(sizes, least)]
+        widest = max(range(len(sizes)), key=lambda i: (sizes[i] if slack[i] > 0 else -1, -i))
+        if slack[widest] <= 0:
+            break  # every column is down to its longest word
+        sizes[widest] -= 1
+
+    def cell(text: str, size: int) -> str:
+        return "\n".join(line for part in text.splitlines() or [""] for line in wrap(part, size))
+
+    return simple_table([cell(h, sizes[i]) for i, h in enumerate(headers)],
+                        [[cell(c, sizes[i]) for i, c in enumerate(row)] for row in rows])
+
+
+def terminal(results: dict, detailed: bool = True, width: int | None = None) -> str:
+    """The summary, the matrix, the detailed checks (``detailed``), the failures with their whole reasons, the skipped
+    tests with theirs, the regressions; the verdict line last, where it does not scroll away. The summary, tables and
+    lists fit ``width`` columns (default: :func:`terminal_width`), broken only between words; a failure's message and
+    the verdict line stay as written (one line each to search or copy)."""
+    width = terminal_width() if width is None else width
+    lines = []
+    for key, value in _summary_pairs(results):
+        lines += wrap(value, width, indent=" " * (len(key) + 2), first=f"{key}: ")
     headers, rows = matrix(results)
     if rows:
-        lines += ["", tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
+        lines += ["", fit_table(headers, rows, width)]
         if check_counts(results)["PASS*"]:
-            lines.append(NOT_ESTABLISHED_NOTE)
+            lines += wrap(NOT_ESTABLISHED_NOTE, width)
     if detailed and results["records"]:
-        lines += ["", tabulate(check_rows(results), headers=check_headers(results), tablefmt="simple",
-                               disable_numparse=True)]
-    for test in failed_tests(results):
-        lines += ["", f"{test['outcome'].upper()} {test['id']}:", *("  " + l for l in test["message"].splitlines())]
+        lines += ["", fit_table(check_headers(results), check_rows(results), width, CHECKS_DETAIL_COLUMNS)]
+    for test in failed_tests(results):  # as written: a reproduce command stays one line to copy
+        lines += ["", f"{test['outcome'].upper()} {test['id']}:", *("  " + line for line in test["message"].splitlines())]
+    skipped = skipped_tests(results)
+    if skipped:
+        lines += ["", f"SKIPPED {sum(len(ids) for _, ids in skipped)} test(s):"]
+        for reason, ids in skipped:
+            lines += wrap(f"{reason}: {', '.join(_short_id(i) for i in ids)}", width, indent="    ", first="  ")
     for reg in results["regressions"]:
-        lines.append(f"REGRESSION {reg['message']}")
+        lines += wrap(f"REGRESSION {reg['message']}", width, indent="  ")
     for entry in results["stale_xfails"]:
-        lines.append(f"WARNING stale xfail entry {entry['test_id']} ({entry['source']}) matches no test")
+        lines += wrap(f"WARNING stale xfail entry {entry['test_id']} ({entry['source']}) matches no test", width,
+                      indent="  ")
     lines += ["", verdict_line(results)]
     return "\n".join(lines) + "\n"
 
 
-def _md_cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+# ----- compliance.md and results.html: one description of their sections, rendered twice ----------------------------
+
+MD_WIDTH = 100  # the widest prose line of compliance.md
+MD_CELL = 40  # a Markdown table cell longer than this moves below its table, as a numbered note
 
 
-def _md_table(headers, rows) -> str:
-    rows = [[_md_cell(c) for c in row] for row in rows]
-    return tabulate(rows, headers=[_md_cell(h) for h in headers], tablefmt="github", disable_numparse=True)
+@dataclass(frozen=True)
+class Span:
+    """Inline text: ``style`` "" (plain), "code", "bold", or "badge" (a verdict badge; HTML only)."""
+
+    text: str
+    style: str = ""
 
 
-def _fence(text: str) -> list[str]:
-    fence = "~~~~" if "```" in text else "```"
-    return [fence + "text", text.rstrip("\n"), fence]
+@dataclass
+class Paragraph:
+    text: str
+
+
+@dataclass
+class Table:
+    headers: tuple
+    rows: list
+    css: str = ""  # html class: summary, matrix, sortable
+    table_id: str = ""
+    numeric: tuple = ()  # html: right-aligned column indexes
+    verdicts: list | None = None  # html: each row's verdict, for the "only checks that did not pass" filter
+    more: "Table | None" = None  # html: every column, behind "all columns" (compliance.md points to results.csv)
+
+
+@dataclass
+class Items:
+    items: list  # [(spans, [sub-item spans, ...]), ...]
+
+
+@dataclass
+class Subheading:
+    spans: tuple
+
+
+@dataclass
+class Preformatted:
+    text: str
+
+
+@dataclass
+class Figures:
+    key: str
+    paths: list
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list
+
+
+def title(results: dict) -> str:
+    return f"Conformance of {results['hardware']['name']}, profile {results['settings']['profile']}: {results['verdict']}"
+
+
+def _checks_note(results: dict) -> str:
+    return ("One row per model, precision, scenario and check: the value (with its 95% interval where the gate uses "
+            "one), the target, and the verdict (XFAIL: waived by a known failure; (info): reported, not gated)."
+            + (" Timing: whether a performance or audit figure was measured on the host or simulated by the timing "
+               "model named above." if _has_timing(results) else "")
+            + (" " + NOT_ESTABLISHED_NOTE if check_counts(results)["PASS*"] else ""))
+
+
+def sections(results: dict) -> list[Section]:
+    """The report after its title, in order: summary, verdict matrix, what was judged, failures, skipped tests,
+    regressions, checks, the MLPerf-style table, known failures, plots. compliance.md and results.html render these."""
+    out = [Section("", [Table(("", ""), _summary_pairs(results), css="summary")])]
+    headers, rows = matrix(results)
+    if rows:
+        out.append(Section("Verdicts", [Table(headers, rows, css="matrix"), Paragraph(matrix_note(results))]))
+    judged = judged_rows(results)
+    if judged:
+        out.append(Section("What was judged", [Table(JUDGED_HEADERS, judged)]))
+    failed = failed_tests(results)
+    if failed:
+        blocks = []
+        for test in failed:
+            blocks += [Subheading((Span("FAIL", "badge"), Span(_short_id(test["id"]), "code"),
+                                   Span(f" ({test['outcome']})"))),
+                       Preformatted(test["message"] or "(no message)")]
+        out.append(Section("Failures", blocks))
+    skipped = skipped_tests(results)
+    if skipped:
+        out.append(Section("Skipped tests", [Items([((Span(reason),), [(Span(_short_id(i), "code"),) for i in ids])
+                                                    for reason, ids in skipped])]))
+    if results["settings"].get("baseline") or results["regressions"]:
+        out.append(Section("Regressions against the baseline",
+                           [Items([((Span(r["message"]),), []) for r in results["regressions"]])]
+                           if results["regressions"] else [Paragraph("None.")]))
+    if results["records"]:
+        verdicts = [verdict(r) for r in results["records"]]
+        headers_ = check_headers(results)
+        out.append(Section("Checks", [Paragraph(_checks_note(results)),
+                                      Table(headers_, check_rows(results), css="sortable", table_id="checks",
+                                            numeric=(headers_.index("Value"),), verdicts=verdicts)]))
+    else:
+        out.append(Section("Checks", [Paragraph("No check was recorded.")]))
+    cols, mlperf = _mlperf_short(results)
+    if mlperf:
+        every = Table(CSV_COLUMNS, [[row[c] for c in CSV_COLUMNS] for row in mlperf_rows(results)], css="sortable")
+        out.append(Section("MLPerf-style results", [Paragraph("The columns read first; results.csv has every column."),
+                                                    Table(cols, mlperf, css="sortable", more=every)]))
+    groups = known_failure_groups(results)
+    if groups or results["stale_xfails"]:
+        items = [((Span(g["reason"], "bold"), Span(f" ({g['bucket']}; {', '.join(g['sources'])})")),
+                  [(Span(_short_id(t), "code"), Span(f": {outcome}" + (f", waived: {', '.join(checks)}" if checks else "")))
+                   for t, outcome, checks in g["tests"]]) for g in groups]
+        items += [((Span("stale entry "), Span(e["test_id"], "code"), Span(f" ({e['source']}): matches no test")), [])
+                  for e in results["stale_xfails"]]
+        out.append(Section("Known failures", [Items(items)]))
+    plots = results["plots"]
+    if plots["status"] == "written":
+        blocks = [Paragraph(f"Notes: {plots['reason']}.")] if plots["reason"] else []
+        blocks += [Figures(key, plots["files"][key]) for key in sorted(plots["files"])]
+    else:
+        blocks = [Paragraph(f"Plots {plots['status']}: {plots['reason']}.")]
+    out.append(Section("Plots", blocks))
+    return out
 
 
 # the columns of the MLPerf table people read first; results.csv and the html's "all columns" have the rest
@@ -526,65 +768,71 @@ def _mlperf_short(results: dict) -> tuple[tuple, list[list]]:
     return cols, [[row[c] for c in cols] for row in mlperf_rows(results) if row["Scenario"]]
 
 
+# ----- Markdown -------------------------------------------------------------------------------------------------------
+
+def _md_cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_inline(spans) -> str:
+    marks = {"code": "`", "bold": "**"}
+    return "".join(f"{marks.get(s.style, '')}{s.text}{marks.get(s.style, '')}" for s in spans if s.style != "badge")
+
+
+def _md_table(table: Table) -> list[str]:
+    """The table, each cell longer than :data:`MD_CELL` (:data:`MD_WIDTH` in the summary's column of values)
+    replaced by a numbered note listed below it: a Markdown row cannot wrap."""
+    longest = MD_WIDTH if table.css == "summary" else MD_CELL
+    notes: list[str] = []
+
+    def cell(text) -> str:
+        text = _md_cell(text)
+        if len(text) <= longest:
+            return text
+        notes.append(text)
+        return f"[{len(notes)}]"
+
+    rows = [[cell(c) for c in row] for row in table.rows]
+    out = [tabulate(rows, headers=[_md_cell(h) for h in table.headers], tablefmt="github", disable_numparse=True)]
+    if notes:
+        out.append("")
+        out += [line for n, text in enumerate(notes, 1) for line in wrap(text, MD_WIDTH, "    ", f"[{n}]: ")]
+    return out
+
+
+def _fence(text: str) -> list[str]:
+    fence = "~~~~" if "```" in text else "```"
+    return [fence + "text", text.rstrip("\n"), fence]
+
+
+def _md_block(block) -> list[str]:
+    if isinstance(block, Paragraph):
+        return wrap(block.text, MD_WIDTH)
+    if isinstance(block, Table):
+        return _md_table(block)
+    if isinstance(block, Items):
+        return [line for spans, subs in block.items
+                for line in [*wrap(_md_inline(spans), MD_WIDTH, "  ", "- "),
+                             *(x for sub in subs for x in wrap(_md_inline(sub), MD_WIDTH, "    ", "  - "))]]
+    if isinstance(block, Subheading):
+        return ["### " + _md_inline(block.spans)]
+    if isinstance(block, Preformatted):
+        return _fence(block.text)
+    if isinstance(block, Figures):
+        return [f"### {block.key}", ""] + [f"![{block.key} {p.rsplit('/', 1)[-1]}]({p})" for p in block.paths]
+    raise TypeError(f"no Markdown for {type(block).__name__}")
+
+
 def compliance_md(results: dict) -> str:
-    """Summary first (header and verdict matrix: one screen), then the failures with their whole reasons, the
-    regressions, the detailed checks, the MLPerf-style table, the known failures grouped by reason, the plots."""
+    """:func:`sections` as Markdown: the summary first (one screen with the verdict matrix), prose wrapped at
+    :data:`MD_WIDTH` columns, long table cells as notes below their tables, plots as relative image links."""
     hw, profile = results["hardware"]["name"], results["settings"]["profile"]
     out = [f"# Conformance of `{hw}`, profile `{profile}`: {results['verdict']}", ""]
-    out += [_md_table(("", ""), _summary_pairs(results)), ""]
-    headers, rows = matrix(results)
-    if rows:
-        out += ["## Verdicts", "", _md_table(headers, rows), "", matrix_note(results), ""]
-
-    judged = judged_rows(results)
-    if judged:
-        out += ["## What was judged", "", _md_table(JUDGED_HEADERS, judged), ""]
-
-    failed = failed_tests(results)
-    if failed:
-        out += ["## Failures", ""]
-        for test in failed:
-            out += [f"### `{_short_id(test['id'])}` ({test['outcome']})", "", *_fence(test["message"] or "(no message)"), ""]
-
-    if results["settings"].get("baseline") or results["regressions"]:
-        out += ["## Regressions against the baseline", ""]
-        out += [f"- {_md_cell(r['message'])}" for r in results["regressions"]] or ["None."]
-        out += [""]
-
-    out += ["## Checks", ""]
-    if results["records"]:
-        out += ["One row per model, precision, scenario and check: the value (with its 95% interval where the gate "
-                "uses one), the target, and the verdict (XFAIL: waived by a known failure; (info): reported, not gated)."
-                + (" Timing: whether a performance or audit figure was measured on the host or simulated by the timing "
-                   "model named above." if _has_timing(results) else "")
-                + (" " + NOT_ESTABLISHED_NOTE if check_counts(results)["PASS*"] else ""), ""]
-        out += [_md_table(check_headers(results), check_rows(results)), ""]
-    else:
-        out += ["No check was recorded.", ""]
-
-    cols, mlperf = _mlperf_short(results)
-    if mlperf:
-        out += ["## MLPerf-style results", "", "The columns read first; `results.csv` has every column.", "",
-                _md_table(cols, mlperf), ""]
-
-    groups = known_failure_groups(results)
-    if groups or results["stale_xfails"]:
-        out += ["## Known failures", ""]
-        for group in groups:
-            out += [f"- **{_md_cell(group['reason'])}** ({group['bucket']}; {', '.join(group['sources'])})"]
-            out += [f"  - `{_short_id(t)}`: {outcome}" + (f", waived: {', '.join(checks)}" if checks else "")
-                    for t, outcome, checks in group["tests"]]
-        out += [f"- stale entry `{e['test_id']}` ({e['source']}): matches no test" for e in results["stale_xfails"]]
-        out += [""]
-
-    plots = results["plots"]
-    out += ["## Plots", ""]
-    if plots["status"] == "written":
-        out += [f"Notes: {plots['reason']}.", ""] if plots["reason"] else []
-        for key in sorted(plots["files"]):
-            out += [f"### {key}", ""] + [f"![{key} {p.rsplit('/', 1)[-1]}]({p})" for p in plots["files"][key]] + [""]
-    else:
-        out += [f"Plots {plots['status']}: {plots['reason']}.", ""]
+    for section in sections(results):
+        if section.title:
+            out += [f"## {section.title}", ""]
+        for block in section.blocks:
+            out += [*_md_block(block), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -608,10 +856,14 @@ def results_csv(results: dict) -> str:
     return buffer.getvalue()
 
 
-# ----- results.html: one self-contained page (inline CSS, a few lines of script to sort tables; plots are relative links
-# into plots/), the sections of compliance.md in the same order. Verdicts are coloured badges; the detailed checks
-# table sorts by a click on a header and can be filtered to what did not pass; the MLPerf table shows the columns
-# people read first, the others under "all columns".
+# ----- results.html: one self-contained page (inline CSS, a few lines of script to sort tables, the plots embedded as
+# data: URIs), the sections of compliance.md in the same order. Verdicts are coloured badges; the detailed checks table
+# sorts by a click on a header and can be filtered to what did not pass; the MLPerf table shows the columns people
+# read first, the others under "all columns".
+
+PLOT_TYPES = {".png": "image/png", ".svg": "image/svg+xml"}
+MAX_EMBEDDED_PLOT = 16 * 1024 * 1024  # bytes: a larger plot file stays a link beside the page
+
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1280px;padding:0 16px;
@@ -666,21 +918,15 @@ def _cell(text: str) -> str:
     return esc(text)
 
 
-def _table(headers, rows, *, css: str = "", table_id: str = "", numeric=(), row_attrs=None) -> str:
-    attrs = (f' class="{css}"' if css else "") + (f' id="{table_id}"' if table_id else "")
-    onclick = ' onclick="sortTable(this)"' if "sortable" in css else ""
-    out = [f"<table{attrs}><thead><tr>" + "".join(f"<th{onclick}>{esc(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
-    for index, row in enumerate(rows):
-        extra = row_attrs(index) if row_attrs else ""
-        cells = "".join(f'<td class="num">{esc(c)}</td>' if i in numeric else f"<td>{_cell(c)}</td>"
-                        for i, c in enumerate(row))
-        out.append(f"<tr{extra}>{cells}</tr>")
-    return "".join(out) + "</tbody></table>"
+def _html_inline(spans) -> str:
+    tags = {"code": "code", "bold": "b"}
+    return "".join(badge(s.text) + " " if s.style == "badge" else
+                   f"<{tags[s.style]}>{esc(s.text)}</{tags[s.style]}>" if s.style in tags else esc(s.text) for s in spans)
 
 
-def _summary(results: dict) -> str:
+def _summary_html(table: Table) -> str:
     rows = []
-    for key, value in _summary_pairs(results):
+    for key, value in table.rows:
         if key == "verdict":
             head, _, rest = value.partition(" ")
             shown = f"{badge(head, big=True)} {esc(rest)}"
@@ -691,81 +937,79 @@ def _summary(results: dict) -> str:
     return '<table class="summary">' + "".join(rows) + "</table>"
 
 
-def results_html(results: dict) -> str:
-    title = f"Conformance of {results['hardware']['name']}, profile {results['settings']['profile']}: {results['verdict']}"
-    body = [f"<h1>{esc(title)}</h1>", _summary(results)]
+def _html_table(table: Table) -> str:
+    if table.css == "summary":
+        return _summary_html(table)
+    attrs = (f' class="{table.css}"' if table.css else "") + (f' id="{table.table_id}"' if table.table_id else "")
+    onclick = ' onclick="sortTable(this)"' if table.css == "sortable" else ""
+    out = []
+    if table.verdicts is not None:
+        out.append('<p class="note">Click a column to sort.</p><label><input type="checkbox" '
+                   'onchange="onlyProblems(this)"> show only checks that did not pass</label>')
+    out.append(f"<table{attrs}><thead><tr>" + "".join(f"<th{onclick}>{esc(h)}</th>" for h in table.headers)
+               + "</tr></thead><tbody>")
+    for index, row in enumerate(table.rows):
+        extra = f' data-v="{esc(table.verdicts[index].split(" ")[0])}"' if table.verdicts is not None else ""
+        cells = "".join(f'<td class="num">{esc(c)}</td>' if i in table.numeric else f"<td>{_cell(c)}</td>"
+                        for i, c in enumerate(row))
+        out.append(f"<tr{extra}>{cells}</tr>")
+    out.append("</tbody></table>")
+    if table.more is not None:
+        out += ["<details><summary>all columns (as in results.csv)</summary>", _html_table(table.more), "</details>"]
+    return "".join(out)
 
-    headers, rows = matrix(results)
-    if rows:
-        body += ["<h2>Verdicts</h2>", _table(headers, rows, css="matrix"),
-                 f'<p class="note">{esc(matrix_note(results))}</p>']
 
-    judged = judged_rows(results)
-    if judged:
-        body += ["<h2>What was judged</h2>", _table(JUDGED_HEADERS, judged)]
+def _plot_source(path: str, plots_dir) -> str:
+    """The image's ``src``: the file's bytes as a data: URI (the page needs nothing beside it), or the relative path
+    where the file is not there to read, too large, or of a type not embedded."""
+    kind = PLOT_TYPES.get(Path(path).suffix.lower())
+    if plots_dir is None or kind is None:
+        return path
+    try:
+        with open(Path(plots_dir) / path, "rb") as handle:
+            data = handle.read(MAX_EMBEDDED_PLOT + 1)
+    except OSError:
+        return path
+    if len(data) > MAX_EMBEDDED_PLOT:
+        return path
+    return f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}"
 
-    failed = failed_tests(results)
-    if failed:
-        body.append("<h2>Failures</h2>")
-        for test in failed:
-            body += [f"<h3>{badge('FAIL')} <code>{esc(_short_id(test['id']))}</code> ({esc(test['outcome'])})</h3>",
-                     f"<pre>{esc(test['message'] or '(no message)')}</pre>"]
 
-    if results["settings"].get("baseline") or results["regressions"]:
-        body.append("<h2>Regressions against the baseline</h2>")
-        body.append("<ul>" + "".join(f"<li>{esc(r['message'])}</li>" for r in results["regressions"]) + "</ul>"
-                    if results["regressions"] else "<p>None.</p>")
+def _html_block(block, plots_dir) -> str:
+    if isinstance(block, Paragraph):
+        return f'<p class="note">{esc(block.text)}</p>'
+    if isinstance(block, Table):
+        return _html_table(block)
+    if isinstance(block, Items):
+        items = "".join(f"<li>{_html_inline(spans)}"
+                        + (f"<ul>{''.join(f'<li>{_html_inline(sub)}</li>' for sub in subs)}</ul>" if subs else "")
+                        + "</li>" for spans, subs in block.items)
+        return f"<ul>{items}</ul>"
+    if isinstance(block, Subheading):
+        return f"<h3>{_html_inline(block.spans)}</h3>"
+    if isinstance(block, Preformatted):
+        return f"<pre>{esc(block.text)}</pre>"
+    if isinstance(block, Figures):
+        images = "".join(f'<img src="{esc(_plot_source(p, plots_dir))}" alt="{esc(block.key)} '
+                         f'{esc(p.rsplit("/", 1)[-1])}" loading="lazy">' for p in block.paths)
+        return f'<details><summary>{esc(block.key)}</summary><div class="plots">{images}</div></details>'
+    raise TypeError(f"no HTML for {type(block).__name__}")
 
-    body.append("<h2>Checks</h2>")
-    if results["records"]:
-        verdicts = [verdict(r) for r in results["records"]]
-        headers_ = check_headers(results)
-        numeric = {headers_.index("Value")}
-        body += ['<p class="note">Click a column to sort. XFAIL: waived by a known failure; (info): reported, not '
-                 'gated.' + (f" {esc(NOT_ESTABLISHED_NOTE)}" if "PASS*" in verdicts else "") + "</p>",
-                 '<label><input type="checkbox" onchange="onlyProblems(this)"> show only checks that did not pass'
-                 '</label>',
-                 _table(headers_, check_rows(results), css="sortable", table_id="checks", numeric=numeric,
-                        row_attrs=lambda i: f' data-v="{esc(verdicts[i]).split(" ")[0]}"')]
-    else:
-        body.append("<p>No check was recorded.</p>")
 
-    cols, mlperf = _mlperf_short(results)
-    if mlperf:
-        every = mlperf_rows(results)
-        body += ["<h2>MLPerf-style results</h2>", _table(cols, mlperf, css="sortable"),
-                 "<details><summary>all columns (as in results.csv)</summary>",
-                 _table(CSV_COLUMNS, [[row[c] for c in CSV_COLUMNS] for row in every], css="sortable"),
-                 "</details>"]
-
-    groups = known_failure_groups(results)
-    if groups or results["stale_xfails"]:
-        body.append("<h2>Known failures</h2><ul>")
-        for group in groups:
-            tests = "".join(f"<li><code>{esc(_short_id(t))}</code>: {esc(outcome)}"
-                            + (f", waived: {esc(', '.join(checks))}" if checks else "") + "</li>"
-                            for t, outcome, checks in group["tests"])
-            body.append(f"<li><b>{esc(group['reason'])}</b> ({esc(group['bucket'])}; {esc(', '.join(group['sources']))})"
-                        f"<ul>{tests}</ul></li>")
-        body += [f"<li>stale entry <code>{esc(e['test_id'])}</code> ({esc(e['source'])}): matches no test</li>"
-                 for e in results["stale_xfails"]]
-        body.append("</ul>")
-
-    plots = results["plots"]
-    body.append("<h2>Plots</h2>")
-    if plots["status"] == "written":
-        if plots["reason"]:
-            body.append(f"<p>Notes: {esc(plots['reason'])}.</p>")
-        for key in sorted(plots["files"]):
-            images = "".join(f'<a href="{esc(p)}"><img src="{esc(p)}" alt="{esc(key)} {esc(p.rsplit("/", 1)[-1])}" '
-                             f'loading="lazy"></a>' for p in plots["files"][key])
-            body.append(f"<details><summary>{esc(key)}</summary><div class=\"plots\">{images}</div></details>")
-    else:
-        body.append(f"<p>Plots {esc(plots['status'])}: {esc(plots['reason'])}.</p>")
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
+def results_html(results: dict, plots_dir=None) -> str:
+    """:func:`sections` as one HTML page; the plots are read from ``plots_dir`` (the report directory) and embedded,
+    so the page alone shows them (without it, or for a file that is not there, the page links them)."""
+    page_title = title(results)
+    body = [f"<h1>{esc(page_title)}</h1>"]
+    for section in sections(results):
+        if section.title:
+            body.append(f"<h2>{esc(section.title)}</h2>")
+        body += [_html_block(block, plots_dir) for block in section.blocks]
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(page_title)}</title>"
             f"<style>{CSS}</style><script>{SCRIPT}</script></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 FORMATS = {"terminal": terminal, "md": compliance_md, "csv": results_csv, "html": results_html}
 # the files a run writes next to results.json
-REPORT_FILES = {"compliance.md": compliance_md, "results.csv": results_csv, "results.html": results_html}
+HTML_FILE = "results.html"
+REPORT_FILES = {"compliance.md": compliance_md, "results.csv": results_csv, HTML_FILE: results_html}

@@ -15,6 +15,9 @@
   the file system cannot exchange two directories, the entries are moved in one at a time instead: the previous
   ``results.json`` first, the new ``results.json`` last, so a directory with a ``results.json`` always holds a whole set
   (:attr:`ReportDirectory.mode` says which way was used).
+- **An interrupted start.** A run interrupted (Ctrl-C, SIGTERM) before any of its tests finished has nothing to
+  report: its staged set does not replace a report already in the directory (:meth:`ReportDirectory.commit` keeps
+  the previous one, its logs and plots too). Where there is none, the interrupted run's set is put in place.
 - **Leftovers** of a killed run (its staging directory, a previous set not yet removed) are removed by the next run that
   takes the lock.
 """
@@ -41,6 +44,7 @@ PROBE_PREFIX = ".write-check."  # the writability probe of the report directory
 STAGING_MARK = ".conformance-staging-"  # beside the report directory: .<name>.conformance-staging-*
 REPORT_ENTRIES = ("results.json", "compliance.md", "results.csv", "results.html", "plots", "artifacts", "loadgen")
 RESULTS_ENTRY = "results.json"
+MAX_STAGED_BYTES = 256 << 20  # the run's own staged results.json, read to see whether it reports anything
 # errors of an exchange that mean "not here", not "broken": the entries are then moved one at a time
 _CANNOT_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EBUSY,
                     errno.EPERM, errno.EACCES}
@@ -112,6 +116,16 @@ def _remove(path: Path) -> None:
             path.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def _interrupted_before_a_test_finished(staging: Path) -> bool:
+    """Whether the staged results.json is that of a run interrupted before any of its tests finished."""
+    try:
+        with open(staging / RESULTS_ENTRY, "rb") as fh:
+            results = json.loads(fh.read(MAX_STAGED_BYTES + 1))
+    except (OSError, ValueError):
+        return False
+    return isinstance(results, dict) and results.get("interrupted") is True and not results.get("tests")
 
 
 def _link_or_copy(source, target) -> None:
@@ -229,9 +243,16 @@ class ReportDirectory:
 
     def commit(self) -> str:
         """Put the staged set in place of the report directory's; returns the way it was done (``swap`` or
-        ``entries``). An OSError leaves the previous set (``swap``) and the staging directory for :meth:`discard`."""
+        ``entries``), or ``kept`` when the staged set is that of a run interrupted before any test finished and the
+        directory holds a report (the staged set is dropped). An OSError leaves the previous set (``swap``) and the
+        staging directory for :meth:`discard`."""
         if self.staging is None:
             raise RuntimeError("nothing staged")
+        if _interrupted_before_a_test_finished(self.staging) and os.path.lexists(self.real / RESULTS_ENTRY):
+            self.discard()
+            self.notes.append(f"--report-dir {self.path}: the run was interrupted before any test finished; the "
+                              f"previous report there is unchanged")
+            return "kept"
         if self.mode == "swap" and self._swappable() and self._swap():
             return "swap"
         self.mode = "entries"

@@ -40,7 +40,6 @@ import pytest
 from _pytest.reports import TestReport
 
 from conformance.fileio import write_text_atomic
-from conformance.hardware import get_backend
 from conformance.report import baseline as baseline_mod
 from conformance.report import plots, render, xfails
 from conformance.report import record as results_record
@@ -63,6 +62,10 @@ REPORT_CASE = "conformance report"  # the failed case of a report that could not
 
 class StaleXfailWarning(pytest.PytestWarning):
     """An entry of the xfail file matches no test of the run: the test was renamed or removed."""
+
+
+class BaselineWarning(pytest.PytestWarning):
+    """The ``--baseline`` run did not pass, or chose other models or precisions: its comparison says less."""
 
 
 class ReportDirWarning(pytest.PytestWarning):
@@ -99,12 +102,15 @@ class ReportSession:
         self.collector = Collector()
         self.stale: list[dict] = []
         self.baseline = None
+        self.baseline_warnings: list[str] = []
         self.tolerances = None
         self.results = None
         self.report_dir = settings.report_dir  # where the report goes (the tests write into the staging directory)
         self.directory: ReportDirectory | None = None  # the locked report directory (controller or serial run)
         self.staging: Path | None = None
         self.write_error: str | None = None
+        self.write_exit = pytest.ExitCode.INTERNAL_ERROR
+        self.kept_previous = False  # the run was interrupted before any test finished: the previous report stays
         # why the run was refused: a worker's known-failure entry matching every test, a baseline that compared nothing
         self.refused: str | None = None
         self.named_regressions: set[str] = set()  # record ids that the failures of the tests themselves name
@@ -118,10 +124,15 @@ class ReportSession:
         if self.baseline_path is not None:  # workers too: they compare the records of the tests they run
             try:
                 self.tolerances = load_tolerances()
-                self.baseline = baseline_mod.load_baseline(self.baseline_path, hardware=settings.hardware,
-                                                           profile=settings.profile)
+                run = results_record.build(settings=settings, backend=settings.backend, profile=settings.profile_data,
+                                           tests=[], records=[], exit_status=0, shard=self.shard)
+                self.baseline = baseline_mod.load_baseline(self.baseline_path, run)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
+            self.baseline_warnings = baseline_mod.warnings_of(self.baseline_path, self.baseline, run)
+            if not self.is_worker:
+                for message in self.baseline_warnings:
+                    config.issue_config_time_warning(BaselineWarning(message), stacklevel=2)
 
     # ----- the report directory -----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -198,7 +209,7 @@ class ReportSession:
                 item.stash[KNOWN_FAILURE] = entry  # judged on the test's records when it has run
             item.user_properties.append((XFAIL_KEY, entry.to_dict()))
         functions = [(item.nodeid, getattr(item, "originalname", item.name)) for item in items]
-        hardware_precisions = get_backend(self.settings.hardware).precisions
+        hardware_precisions = self.settings.backend.precisions
         stale = xfails.stale(self.xfail_entries, functions, matched, self.settings.models, MODEL_NAMES,
                              whole_suite=collected_whole_suite(items),
                              precisions=self.settings.precisions,
@@ -377,10 +388,10 @@ class ReportSession:
         if staging is not None:
             try:
                 plot_info = plots.write_plots(staging, records)
-            except Exception as exc:  # noqa: BLE001 - reported below as a failure to write the report
+            except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - raised again below, where it is handled
                 plot_error = exc
         self.results = results_record.build(
-            settings=self.settings, backend=get_backend(self.settings.hardware), profile=self.settings.profile_data,
+            settings=self.settings, backend=self.settings.backend, profile=self.settings.profile_data,
             tests=tests, records=records, exit_status=int(session.exitstatus),
             interrupted=interrupted, shard=self.shard,
             xfail_file=self.xfail_path, baseline=self.baseline_path, stale_xfails=self.stale, regressions=regressions,
@@ -393,10 +404,17 @@ class ReportSession:
             if plot_error is not None:
                 raise plot_error
             write_report(staging, self.results)
-            self.directory.commit()
+            self.kept_previous = self.directory.commit() == "kept"
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the report is written: none of it, the previous one stays
+            self.directory.discard()
+            self.write_error, self.write_exit = "interrupted while the report was written", pytest.ExitCode.INTERRUPTED
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+            sys.stderr.write(f"conformance: {self.write_error} to {report_dir}/; the previous report there is "
+                             f"unchanged\n")
         except Exception as exc:  # noqa: BLE001 - any failure to write is an internal error, never a verdict
             self.directory.discard()
             self.write_error = f"the report could not be written to {report_dir}/: {_describe_error(exc)}"
+            self.write_exit = pytest.ExitCode.INTERNAL_ERROR
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             sys.stderr.write(f"ERROR: conformance: {self.write_error}; the previous report there is unchanged\n")
             self._fail_case(REPORT_CASE, self.write_error)
@@ -410,12 +428,20 @@ class ReportSession:
         if self.results is None:
             return
         terminalreporter.section("conformance")
-        text = render.terminal(self.results, detailed=self.config.get_verbosity() > 0).rstrip("\n").splitlines()
+        width = render.terminal_width(getattr(terminalreporter._tw, "_file", None))  # where pytest writes
+        text = render.terminal(self.results, detailed=self.config.get_verbosity() > 0,
+                               width=width).rstrip("\n").splitlines()
         for line in text[:-1]:
             terminalreporter.write_line(line)
+        for message in self.baseline_warnings:  # beside the verdict too, not only among pytest's warnings
+            for line in render.wrap(f"WARNING: {message}", width, "  "):
+                terminalreporter.write_line(line, yellow=True)
         if self.write_error is not None:
             terminalreporter.write_line(f"report: NOT written: {self.write_error} (exit status "
-                                        f"{int(pytest.ExitCode.INTERNAL_ERROR)})", red=True, bold=True)
+                                        f"{int(self.write_exit)})", red=True, bold=True)
+        elif self.kept_previous:
+            terminalreporter.write_line(f"report: NOT written: the run was interrupted before any test finished; the "
+                                        f"previous report in {self.report_dir}/ is unchanged", yellow=True)
         elif self.report_dir is not None:
             terminalreporter.write_line(f"report: {self.report_dir}/ (results.json, "
                                         f"{', '.join(render.REPORT_FILES)}, plots: {self.results['plots']['status']})")
@@ -455,6 +481,7 @@ def _moved(value, staging: Path, report_dir: Path):
 def write_report(report_dir, results: dict) -> None:
     """The rendered files, then results.json last; every file is replaced atomically."""
     report_dir = Path(report_dir)
-    for name, renderer in render.REPORT_FILES.items():
-        write_text_atomic(report_dir / name, renderer(results))
+    for name, renderer in render.REPORT_FILES.items():  # the page embeds the plots already written there
+        text = renderer(results, plots_dir=report_dir) if name == render.HTML_FILE else renderer(results)
+        write_text_atomic(report_dir / name, text)
     results_record.write(report_dir / results_record.RESULTS_FILE, results)

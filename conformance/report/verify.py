@@ -5,13 +5,19 @@
 - each record's ``passed`` from its ``value``, ``op`` and ``target`` (as ``record_check`` does: a missing value or
   target does not pass; a value within float rounding of its target may go either way). An audit (TEST01, TEST04) is
   decided by more than its figure (MLCommons' scripts, SUT errors, the MLPerf fallback for systems that are not
-  deterministic): it may fail beyond its comparison, and may pass against it only where its record says why (not
-  established, the scripts' TEST PASS, the fallback met);
+  deterministic): it may fail beyond its comparison, and may pass against it only where its record says why (the
+  scripts' TEST PASS, the fallback met; a short profile's "not established" only ever spares a performance half that
+  its figure does not measure, so it explains no pass);
+- each accuracy record's ``established`` (PASS against PASS*): False where its label metric's FP32 score was at or
+  below the floor (``details.label_floor``), else, where the record holds the 95% interval of its ratio
+  (``details.ratio_ci95``), whether the interval's bound clears the ratio its check names (``f1@0.99xfp32``);
 - each record's id from its fields (:func:`conformance.report.collect.assign_ids`), so that a duplicated record, or a
   record whose id was changed, is found; each record's test and the test's outcome;
 - each gate waived as a known failure (XFAIL): its test carries a known-failure entry that names the check;
 - the run's verdict and exit status from its tests, records and regressions (:func:`conformance.report.record.judge`,
-  the code that computed them when the run was written).
+  the code that computed them when the run was written);
+- a merged file (``merged_from``): the shards it names are distinct and make a whole split, or the ones missing are
+  listed in ``missing_shards``; the merged file is itself no shard.
 
 :func:`check` refuses a file with any disagreement (:class:`InconsistentResults`, naming the file, each record by id,
 test and check, and what disagrees); ``ipu-conformance report`` (render, merge, ``compare``, ``validate``) and
@@ -23,15 +29,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from conformance.report import record as results_record
 from conformance.report.collect import assign_ids
+from conformance.report.shard import parse_shard
 from conformance.report.xfails import XfailEntry
 from conformance.targets import compare
 
 SHOWN = 6  # problems named in the message; the count says how many more there are
 ROUNDING = 1e-6  # relative: a figure this close to its target may have been judged in float32
 TEST_PASS = "TEST PASS"  # what MLCommons' verification scripts print for a passing audit
+RATIO_CHECK = re.compile(r"@(?P<ratio>[0-9.eE+-]+)x[^@]+$")  # a relative gate's check name: f1@0.99xfp32
 
 
 class InconsistentResults(ValueError):
@@ -55,14 +64,13 @@ def _borderline(value, target) -> bool:
 
 
 def _audit_pass_explained(record: dict) -> bool:
-    """Whether an audit record that passes against its figure says why: not established (shown PASS*), MLCommons'
-    scripts all saying TEST PASS, or TEST01's MLPerf fallback met."""
+    """Whether an audit record that passes against its figure says why: MLCommons' scripts all saying TEST PASS, or
+    TEST01's MLPerf fallback met."""
     details = record.get("details") or {}
     official = details.get("official")
     fallback = details.get("accuracy_fallback")
-    return (record.get("established") is False
-            or (isinstance(official, dict) and bool(official)
-                and all(isinstance(v, str) and v.startswith(TEST_PASS) for v in official.values()))
+    return ((isinstance(official, dict) and bool(official)
+             and all(isinstance(v, str) and v.startswith(TEST_PASS) for v in official.values()))
             or (isinstance(fallback, dict) and fallback.get("passed") is True))
 
 
@@ -89,6 +97,78 @@ def record_problem(record: dict) -> str | None:
         return f"{_name(record)}: passed is {_fmt(passed)}, but its {missing} is null (not measured: not passed)"
     return (f"{_name(record)}: passed is {_fmt(passed)}, but value {_fmt(value)} {op} target {_fmt(target)} is "
             f"{_fmt(holds)}")
+
+
+def _expected_established(record: dict) -> tuple[bool, bool | None]:
+    """(whether the record says enough to recompute it, the ``established`` its details give)."""
+    details = record.get("details") or {}
+    floor = details.get("label_floor")
+    if isinstance(floor, dict) and "floor" in floor:
+        return True, False  # recorded only for a label gate whose FP32 score is at or below its floor
+    interval = details.get("ratio_ci95")
+    match = RATIO_CHECK.search(str(record.get("check", "")))
+    if not (isinstance(interval, list) and len(interval) == 2 and match):
+        return False, None
+    low, high = interval
+    bound = low if record.get("op") == ">=" else high
+    if bound is None:  # an interval that could not be computed (NaN, written as null) establishes nothing
+        return True, None
+    try:
+        ratio = float(match.group("ratio"))
+    except ValueError:
+        return False, None
+    if not isinstance(bound, (int, float)) or isinstance(bound, bool) or _borderline(bound, ratio):
+        return False, None
+    return True, _holds(bound, record.get("op"), ratio)
+
+
+def established_problem(record: dict) -> str | None:
+    """What disagrees in an accuracy record's ``established`` (PASS shown for PASS*, or the reverse)."""
+    if record.get("kind") != "accuracy":
+        return None
+    known, expected = _expected_established(record)
+    found = record.get("established")
+    if not known or found == expected:
+        return None
+    details = record.get("details") or {}
+    if isinstance(details.get("label_floor"), dict):
+        why = (f"its FP32 score {_fmt(details['label_floor'].get('fp32'))} is at or below the floor "
+               f"{_fmt(details['label_floor'].get('floor'))} (details.label_floor): not established")
+    else:
+        why = (f"its ratio's 95% interval {_fmt(details.get('ratio_ci95'))} against the ratio of check "
+               f"{record.get('check')} gives {_fmt(expected)}")
+    return f"{_name(record)}: established is {_fmt(found)}, but {why}"
+
+
+def _merge_problems(results: dict) -> list[str]:
+    """A merged file's shards: distinct, one split, complete (or the missing ones listed); itself no shard."""
+    sources = results.get("merged_from") or []
+    if not sources:
+        return []
+    found = []
+    if results["settings"].get("shard"):
+        found.append(f"merged from {len(sources)} file(s), but settings.shard is {results['settings']['shard']!r} "
+                     f"(a merged file is the whole run)")
+    shards = [s.get("shard") for s in sources]
+    if not any(shards):
+        return found
+    try:
+        parsed = [parse_shard(s) for s in shards]
+    except (TypeError, ValueError):
+        return found + [f"merged_from names shards {shards}, which are not parts of one split"]
+    counts = {p.count for p in parsed}
+    indices = [p.index for p in parsed]
+    if len(counts) != 1:
+        return found + [f"merged_from names shards {shards}, which are not parts of one split"]
+    if len(set(indices)) != len(indices):
+        found.append(f"merged_from names a shard twice ({shards})")
+    count = counts.pop()
+    missing = [f"{i}/{count}" for i in range(1, count + 1) if i not in indices]
+    listed = list(results.get("missing_shards") or [])
+    if missing != listed:
+        found.append(f"merged from shards {', '.join(sorted(set(shards)))} of {count}: "
+                     f"{', '.join(missing) or 'none'} missing, but missing_shards lists {listed or 'none'}")
+    return found
 
 
 def _waiver_problem(record: dict, test: dict) -> str | None:
@@ -144,9 +224,9 @@ def problems(results: dict) -> list[str]:
             found.append(f"{_name(record)}: its fields give it the id {expected_id}")
         seen.setdefault(content, record)
         first_of.setdefault(rid, record)
-        problem = record_problem(record)
-        if problem:
-            found.append(problem)
+        for problem in (record_problem(record), established_problem(record)):
+            if problem:
+                found.append(problem)
         test = by_test.get(record.get("test_id"))
         if test is None:
             found.append(f"{_name(record)}: its test is not among the file's tests")
@@ -165,7 +245,7 @@ def problems(results: dict) -> list[str]:
                    f"records and regressions give {judgement.verdict} with exit status {judgement.exit_status}{why}")
     if results["interrupted"] and results["exit_status"] != 2:
         run.append(f"interrupted, but exit status {results['exit_status']} (an interrupted run exits 2)")
-    return run + found
+    return run + _merge_problems(results) + found
 
 
 def describe(source: str, found: list[str]) -> str:

@@ -21,8 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from conformance.fileio import parse_toml
-from conformance.hardware import get_backend, hardware_names
+from conformance.hardware import Backend, hardware_names, hardware_precisions
 from conformance.targets import DataFileError, backend_files, read_toml
+from conformance.targets.bounds import MIN_RATIO
 from models import MODEL_NAMES
 
 ACCURACY_FILE = Path(__file__).with_name("accuracy.toml")
@@ -63,6 +64,8 @@ LABEL_METRICS = {
 EXTRA_CASES = {
     "minilm": ("embedding_cosine", "min_embedding_cosine", "retrieval_agreement"),
 }
+# The model name of every imported ONNX graph (--onnx NAME=FILE.onnx): no task metrics, tensor gates only.
+GRAPH_CASE = "onnx"
 GATE_KEYS = {"of", "ratio", "tier", "report", "min", "max"}
 # What a bound of a tensor metric may be: a floor or ceiling outside these ranges cannot gate anything (cosine lies in
 # [-1, 1]; an SNR floor at or below 0 dB accepts an error as large as the signal; differences are >= 0).
@@ -152,7 +155,7 @@ def _line_index(text: str) -> dict[tuple, int]:
 def _hardware_precisions(hardware: str) -> tuple[str, ...]:
     if hardware not in hardware_names():
         return ()
-    return tuple(get_backend(hardware).precisions)
+    return hardware_precisions(hardware)
 
 
 def _number(value) -> bool:
@@ -173,7 +176,7 @@ def parse_targets(text: str, path: Path | str = "<targets>") -> list[Gate]:
                 return f"{path}:{lines[key[:n]]}"
         return str(path)
 
-    cases = {**{m: TASK_METRICS[m] + LABEL_METRICS[m] for m in MODEL_NAMES}, **EXTRA_CASES}
+    cases = {**{m: TASK_METRICS[m] + LABEL_METRICS[m] for m in MODEL_NAMES}, **EXTRA_CASES, GRAPH_CASE: ()}
     gates: list[Gate] = []
     for hardware, per_model in data.items():
         precisions = _hardware_precisions(hardware)
@@ -265,8 +268,9 @@ def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> li
 
 
 def _check_ratio(value, where: str) -> None:
-    if not 0 < value <= 1:
-        raise TargetsError(f"{where} = {value!r} is outside (0, 1]: a ratio of a metric to a higher precision's")
+    if not MIN_RATIO <= value <= 1:
+        raise TargetsError(f"{where} = {value!r} is outside [{MIN_RATIO:g}, 1]: a ratio of a metric to a higher "
+                           "precision's (below that, the gate bounds almost nothing)")
 
 
 def _relative_to(spec, at, what, precision, precisions) -> str:
@@ -323,10 +327,10 @@ def matrix(hardware: str, models, precisions=None, path: Path | None = None) -> 
     return chosen
 
 
-def check_complete(hardware: str, models=MODEL_NAMES, path: Path | None = None) -> None:
-    """Every model and precision ``hardware`` runs has its gates: a missing table would silently drop a test, so it is
-    a TargetsError naming the table. Combinations the backend does not support (it says why) need none."""
-    backend = get_backend(hardware)
+def check_complete(backend: Backend, models=MODEL_NAMES, path: Path | None = None) -> None:
+    """Every model and precision the run's ``backend`` runs has its gates: a missing table would silently drop a test,
+    so it is a TargetsError naming the table. Combinations the backend does not support (it says why) need none."""
+    hardware = backend.name
     have = {(g.model, g.precision) for g in load_targets(path) if g.hardware == hardware}
     missing = [f"[{hardware}.{m}.{p}]" for m in models for p in backend.precisions
                if (m, p) not in have and backend.accuracy_support(m, p) is None]

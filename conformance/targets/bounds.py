@@ -31,3 +31,5 @@ MAX_SAMPLES = 1_000_000
 MAX_BATCH = 1_000_000
 MAX_RATE = 1e9  # samples/s
 MAX_LATENCY_MS = 1e7
+MIN_RATIO = 0.5  # an accuracy gate's ratio of a higher precision's figure: below half of it, it bounds almost nothing
+MAX_REL_ALLOWANCE = 1.0  # a regression allowance as a share of the baseline: all of it lets a figure fall to 0

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, create_model
 
-from conformance.hardware import get_backend, hardware_names
+from conformance.hardware import hardware_names, hardware_precisions
 from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
 from conformance.targets import DataFileError, Schema, backend_files, fail, read_toml, validate
 from conformance.targets.bounds import MAX_BATCH, MAX_LATENCY_MS, MAX_QUERIES, MAX_RATE, count, non_negative, positive
@@ -157,7 +157,7 @@ def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
         for hardware, per_precision in per_hardware.items():
             if hardware not in models[model].max_batch:
                 problem(("models", model, "max_batch"), f"has no entry for hardware {hardware!r}, which has targets")
-            precisions = get_backend(hardware).precisions
+            precisions = hardware_precisions(hardware)
             for precision, scenarios in per_precision.items():
                 if precision not in precisions:
                     problem(("targets", model, hardware, precision), f"unknown precision {precision!r} of hardware "

@@ -11,6 +11,7 @@ from pydantic import Field, create_model
 from conformance.hardware import hardware_names
 from conformance.hardware.base import TIMINGS
 from conformance.targets import DataFileError, Schema, read_toml, validate
+from conformance.targets.bounds import MAX_REL_ALLOWANCE
 
 TOLERANCES_FILE = Path(__file__).with_name("regression.toml")
 # the override tables of a kind, in the order they apply (a later one wins)
@@ -23,12 +24,14 @@ class TolerancesError(DataFileError):
     """A mistake in regression.toml; the message names the file, line and key."""
 
 
-# an allowed worsening, relative (a share of the baseline value) or absolute: >= 0
+# an allowed worsening, absolute (>= 0) or relative: a share of the baseline value below MAX_REL_ALLOWANCE (a share of
+# all of it would let a throughput fall to nothing, and the check could not fail)
 Allowance = Annotated[float, Field(ge=0)]
+RelAllowance = Annotated[float, Field(ge=0, lt=MAX_REL_ALLOWANCE)]
 
 
 class Override(Schema):
-    rel: Allowance | None = None
+    rel: RelAllowance | None = None
     abs: Allowance | None = None
 
 
@@ -37,7 +40,7 @@ class TimingOverride(Override):
 
 
 class KindTolerances(Schema):
-    rel: Allowance
+    rel: RelAllowance
     abs: Allowance = 0.0
     checks: dict[str, Override] = {}
     hardware: dict[str, Override] = {}

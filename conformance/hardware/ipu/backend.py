@@ -15,7 +15,17 @@ from conformance.hardware.ipu.policy import PRECISIONS_FILE, Fp8Settings, Policy
 from conformance.hardware.ipu.simulated import SimulatedIpu
 from conformance.hardware.ipu.timing.chips import DEVICE_NAMES as CHIP_NAMES
 from conformance.hardware.ipu.timing.chips import get_device, load_devices
-from conformance.hardware.ipu.timing.cost import calibration_hash, default_execution, load_timing_data
+from conformance.hardware.ipu.timing.cost import (
+    TimingModel,
+    calibration_hash,
+    default_execution,
+    load_timing_data,
+    memory_fit,
+)
+from conformance.hardware.ipu.timing.predict import extrapolated_trace, model_trace
+
+# MLPerf's name of each storage format of precisions.toml
+STORAGE_NAMES = {"f16": "fp16"}
 
 
 class IpuPrepared(Prepared):
@@ -115,13 +125,41 @@ class IpuBackend(Backend):
         device.reset()
         return device
 
-    def op_checks(self, model_name: str, precision: str, run_fp8_scales: dict | None = None) -> tuple[int, dict]:
-        """Probes through the ops the models use, against IEEE FP16 and ml_dtypes' FP8 (:mod:`.op_checks`)."""
-        return op_checks.op_checks(self, model_name, precision, run_fp8_scales)
+    def op_checks(self, model_name: str, precision: str, run: dict) -> tuple[int, dict]:
+        """Probes through the ops the models use, against IEEE FP16 and ml_dtypes' FP8 (:mod:`.op_checks`); the skip
+        list is checked against the FP8 scales the run used (``run["fp8_scales"]``, from :meth:`IpuPrepared.details`)."""
+        return op_checks.op_checks(self, model_name, precision, run.get("fp8_scales"))
+
+    def data_types(self, precision: str) -> dict[str, str]:
+        """What the policy holds: tensors in its storage format, and at FP8 the matrix ops' weights (and inputs)."""
+        if precision == "fp32":
+            return super().data_types(precision)
+        policy = self.policy(precision)
+        storage = STORAGE_NAMES[policy.storage]
+        if not policy.uses_fp8:
+            return {"input_data_types": storage, "weight_data_types": storage,
+                    "weight_transformations": f"cast fp32 -> {storage}, round to nearest even"}
+        return {"input_data_types": f"{storage} (fp8 at matmul/conv inputs)" if policy.fp8 == "all" else storage,
+                "weight_data_types": f"fp8 (matmul/conv), {storage} (other)",
+                "weight_transformations": "post-training per-tensor power-of-two scaling, cast fp32 -> fp8"}
 
     def timing_model(self) -> dict:
         chip = get_device(self.chip)
         return {"chip": chip.name, "chip_description": chip.description, "calibration": calibration_hash()}
+
+    def predicted_throughput(self, model_name: str, precision: str, batches, rows_per_sample: int) -> dict:
+        """The timing model of this backend's chip at each device batch, batches timed as the simulated device times
+        them (one sequence a row: the prediction does not pack)."""
+        device = get_device(self.chip)
+        timing = TimingModel(device)
+        execution = default_execution(model_name, packed=False)
+        per_s, fits = [], []
+        for batch in batches:
+            units = int(batch) * int(rows_per_sample)
+            trace = extrapolated_trace(model_name, units, precision) or model_trace(model_name, units, precision)
+            per_s.append(batch / timing.batch_time(trace, execution).per_batch_s)
+            fits.append(bool(memory_fit(trace, device).fits))
+        return {"samples_per_s": per_s, "fits": fits, "packed": bool(default_execution(model_name).packed)}
 
     def versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}

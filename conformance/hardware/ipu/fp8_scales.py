@@ -20,7 +20,7 @@ import numpy as np
 
 from conformance.numerics import SCALE_RANGE, format_info, quantize
 from models import run_batched
-from models.ops import Ops
+from models.ops import Ops, sample_values
 from models.seeds import CALIBRATION_SEED
 
 FP8_FORMATS = ("f143", "f152")
@@ -49,26 +49,6 @@ def amax_scale(amax: float, fmt: str) -> int:
     if top * 2.0 ** (s - 1) >= amax:  # guard log2 rounding at exact powers of two
         s -= 1
     return int(np.clip(s, SCALE_MIN, SCALE_MAX))
-
-
-def sample_values(x, count: int) -> np.ndarray:
-    """Up to ``count`` values of ``x`` at positions drawn once per size (seeded, so two tensors of one shape are
-    sampled at the same positions). A strided subsample would alias with the feature axis (a stride of 48 over
-    rows of 384 features sees 8 of them) and miss the outlier features that decide a scale."""
-    flat = np.asarray(x, np.float32).reshape(-1)
-    if flat.size <= count:
-        return flat.copy()
-    return flat[_positions(flat.size, count)]
-
-
-_POSITIONS: dict[tuple[int, int], np.ndarray] = {}
-
-
-def _positions(size: int, count: int) -> np.ndarray:
-    key = (size, count)
-    if key not in _POSITIONS:
-        _POSITIONS[key] = np.sort(np.random.default_rng([size, count]).choice(size, count, replace=False))
-    return _POSITIONS[key]
 
 
 def mse_scale(values, fmt: str, amax: float | None = None, window: int = MSE_WINDOW) -> int:

@@ -54,8 +54,6 @@ class Fp8Plan:
 class IpuOps(Ops):
     """The ops of one model at one precision on the emulated IPU. ``recorder`` sees every op's output (FP16 grid)."""
 
-    hardware = "ipu"
-
     def __init__(self, policy: Policy, *, fp8_plan: Fp8Plan | None = None, recorder=None):
         super().__init__(recorder=recorder)
         if policy.uses_fp8 and fp8_plan is None:

@@ -21,8 +21,9 @@ STORAGE_FORMATS = ("f16",)
 PARTIALS = ("float", "half")
 FP8_MODES = ("none", "weights", "all")
 SCALE_METHODS = ("fixed", "amax", "mse")
-# FP8 settings for cases that are not one of the six models (the MiniLM checkpoint: a BertModel without "bert.").
-EXTRA_FP8_CASES = ("minilm",)
+# FP8 settings for cases that are not one of the six models (the MiniLM checkpoint: a BertModel without "bert."; every
+# imported ONNX graph, named as targets/accuracy.py's GRAPH_CASE).
+EXTRA_FP8_CASES = ("minilm", "onnx")
 
 
 @dataclass(frozen=True)

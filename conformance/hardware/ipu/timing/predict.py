@@ -18,7 +18,9 @@ from conformance.hardware.ipu.timing.cost import (
 )
 from conformance.hardware.ipu.timing.packing import PackingStats, packing_stats
 from conformance.hardware.ipu.timing.trace import OpRecord, Trace, data_types, trace_model
-from models import canonical_name, load_model
+import numpy as np
+
+from models import canonical_name, model_module
 
 # Keys of Prediction.to_json(); the README documents them and a test checks them.
 JSON_KEYS = ("model", "precision", "device", "config_overrides", "batch_size", "packed", "sequences_per_pack",
@@ -26,14 +28,37 @@ JSON_KEYS = ("model", "precision", "device", "config_overrides", "batch_size", "
              "achieved_tflops", "io_tiles", "batches_per_step", "sram", "parameters")
 
 
+# How each model's module builds the model from its config and parameters (its ``load`` does the same with seeded or
+# checkpoint weights): the class and the parameter shapes.
+_STRUCTURE = {
+    "albert": (lambda module, config: module.AlbertForQuestionAnswering, "param_shapes"),
+    "bert-base": (lambda module, config: module.CLASSES[config.architecture], "param_shapes"),
+    "conformer": (lambda module, config: module.Conformer, "parameter_shapes"),
+    "resnet50": (lambda module, config: module.ResNet50, "param_shapes"),
+    "roformer": (lambda module, config: module.RoFormerForSequenceClassification, "param_shapes"),
+    "widedeep": (lambda module, config: module.WideDeep, "param_shapes"),
+}
+
+
+def shape_only_model(name: str, **overrides):
+    """Model ``name`` with parameters of the right shapes and no values: zeros, which the allocator maps lazily and
+    nothing reads (a trace records shapes, never values). Seeded weights cost tens of seconds (ResNet-50 fits its
+    BatchNorm statistics by running the network); a timing estimate needs only the op list they produce."""
+    module = model_module(name)
+    config = module.build_config(**overrides)
+    model_class, shapes = _STRUCTURE[canonical_name(name)]
+    params = {key: np.zeros(shape, np.float32) for key, shape in getattr(module, shapes)(config).items()}
+    return model_class(module, config)(config, params)
+
+
 @lru_cache(maxsize=8)
 def _model(name: str, overrides: tuple[tuple[str, object], ...]):
-    return load_model(name, **dict(overrides))
+    return shape_only_model(name, **dict(overrides))
 
 
 def load_traced_model(name: str, overrides: dict | None = None):
-    """The model ``name`` with config ``overrides`` (field names of its config dataclass), cached per process. An unknown
-    model or field is a ValueError listing the valid ones."""
+    """The model ``name`` with config ``overrides`` (field names of its config dataclass) and shape-only parameters
+    (:func:`shape_only_model`), cached per process. An unknown model or field is a ValueError listing the valid ones."""
     key = canonical_name(name)
     overrides = dict(overrides or {})
     try:

@@ -20,8 +20,7 @@ from math import prod
 import numpy as np
 
 from conformance.hardware.ipu.policy import load_precisions
-from conformance.numerics.kernels import as_pair
-from models.ops import Ops
+from models.ops import Ops, as_pair
 
 STORAGE_TYPES = {"f16": "fp16"}  # a policy's storage format -> the data type the trace prices
 # Bytes per element of a model input as the device receives it: ids as int32, masks as bytes, floats in the storage type.
@@ -157,8 +156,6 @@ def _size(x) -> int:
 
 class TraceOps(Ops):
     """Records every op into :attr:`trace` and returns zeros of the op's output shape (no arithmetic)."""
-
-    hardware = "trace"
 
     def __init__(self, trace: Trace, types: DataTypes):
         super().__init__(recorder=None)

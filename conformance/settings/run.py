@@ -1,12 +1,18 @@
-"""What the user asked for on the command line, after validation: one typed field per option of the main job."""
+"""What the user asked for on the command line, after validation: one typed field per option of the main job, and
+the run's one hardware backend, made from ``--hardware`` and ``--device`` when the settings are made."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from conformance.hardware import Backend, get_backend
 from conformance.report.shard import Shard
 from conformance.targets.profiles import Profile, load_profiles
+
+if TYPE_CHECKING:
+    from conformance.graphs.case import GraphCase
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,18 @@ class RunSettings:
     calibrations: dict[str, Path] = field(default_factory=dict)  # --calibration MODEL=PATH
     cache_dir: Path | None = None  # --cache-dir (None: the platform's cache directory)
     published_report_dir: Path | None = None  # where the report is published: report_dir is its staging directory
+    cases: tuple[str, ...] = ()  # --model: the extra cases beside the six models that run (minilm)
+    allow_unused_weights: bool = False  # --allow-unused-weights
+    onnx: dict[str, "GraphCase"] = field(default_factory=dict)  # --onnx NAME=FILE.onnx, each graph loaded and checked
+    # the run's backend: made here when not given; dataclasses.replace carries it to the copy, so a run has one
+    backend: Backend | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.backend is None:
+            object.__setattr__(self, "backend", get_backend(self.hardware, self.device))
+        elif self.backend.name != self.hardware or (self.device is not None and self.backend.chip != self.device):
+            raise ValueError(f"settings of hardware {self.hardware!r} (device {self.device}) given the backend of "
+                             f"{self.backend.name!r} (chip {self.backend.chip})")
 
     def published_path(self, path, relative: bool = False) -> str:
         """``path`` inside the run's report directory as it will be after the run (the staging directory swapped in);

@@ -1,0 +1,39 @@
+"""Running the batches of one accuracy run as tasks: in this process (``serial``, the default), on N local worker
+processes, or on a running cluster (Dask distributed), with every computed batch kept on disk so that an interrupted
+run resumes where it stopped.
+
+A :class:`Job` is what the batches share (a model and its prepared ops, sent to each worker once) and the function
+that computes one batch; :meth:`Engine.run` returns the batches' results in batch order whatever order they finish in,
+so a run on workers gives the same bits as a serial one. :func:`make_engine` builds the engine from the run's
+settings (``workers``, ``cluster``).
+"""
+
+from conformance.distributed.engine import Batch, Engine, EngineError, Job, RunStats
+from conformance.distributed.fingerprint import fingerprint, suite_version
+from conformance.distributed.store import BatchStore
+
+
+def make_engine(workers: int | None = None, cluster: str | None = None, store: BatchStore | None = None) -> Engine:
+    """``serial`` without ``workers`` and ``cluster``; ``workers`` local worker processes; or the cluster at the
+    address ``cluster`` (not both: an EngineError)."""
+    if workers is not None and cluster is not None:
+        raise EngineError(f"--workers {workers} and --cluster {cluster}: give one of them (local workers or a running "
+                          "cluster), not both")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise EngineError(f"--workers {workers!r}: expected a positive number of local worker processes")
+    if workers is None and cluster is None:
+        return Engine(store)
+    from conformance.distributed.cluster import DaskEngine  # deferred: a serial run never imports Dask
+    return DaskEngine(workers=workers, address=cluster, store=store)
+
+
+def __getattr__(name: str):
+    """The Dask engine's names, imported on first use (Dask takes most of a second to import)."""
+    if name in ("DaskEngine", "check_address"):
+        from conformance.distributed import cluster
+        return getattr(cluster, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Batch", "BatchStore", "DaskEngine", "Engine", "EngineError", "Job", "RunStats", "check_address",
+           "fingerprint", "make_engine", "suite_version"]

@@ -1,0 +1,138 @@
+"""The engine interface and the serial engine: batches of one job computed in this process, in batch order."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from conformance.distributed.store import BatchStore
+
+# compute(state, inputs, options) -> (outputs, extras): a module-level function, so that a worker imports it by name
+Compute = Callable[[object, dict, dict], tuple[dict[str, np.ndarray], dict]]
+
+
+class EngineError(RuntimeError):
+    """The engine cannot run the job: a cluster that does not answer or runs other sources, workers that keep dying."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the batches of one run share. ``state`` (a model and its prepared ops) goes to each worker once;
+    ``compute(state, inputs, options)`` computes one batch; ``identity`` is what determines the outputs beside the
+    inputs (:func:`conformance.distributed.fingerprint` of the state), the key of stored batches; ``name`` names
+    the job in messages and in the store (a model and precision)."""
+
+    name: str
+    state: object
+    compute: Compute
+    identity: str
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Rows ``start:stop`` of the inputs and the options its computation takes (a JSON object)."""
+
+    start: int
+    stop: int
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunStats:
+    """What a run did: batches computed and read from the store, workers that were lost and where the time went."""
+
+    engine: str
+    workers: int
+    batches: int = 0
+    computed: int = 0
+    stored: int = 0
+    lost_workers: list[str] = field(default_factory=list)
+    compute_s: float = 0.0  # the batches' own compute time, summed over the workers
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"engine": self.engine, "workers": self.workers, "batches": self.batches, "computed": self.computed,
+                "from_store": self.stored, "lost_workers": list(self.lost_workers),
+                "compute_s": round(self.compute_s, 3), "wall_s": round(self.wall_s, 3)}
+
+
+def canonical(extras: dict) -> dict:
+    """``extras`` as the store gives it back (a JSON round trip: tuples become lists), so that a computed batch and a
+    stored one are alike."""
+    try:
+        return json.loads(json.dumps(extras, sort_keys=False, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"a batch's extras must be a JSON object of finite numbers: {exc}") from None
+
+
+def timed_compute(compute: Compute, state, inputs: dict, options: dict) -> tuple[dict, dict, float]:
+    """``compute``'s (outputs, extras) and the seconds it took (where it ran)."""
+    start = time.perf_counter()
+    outputs, extras = compute(state, inputs, options)
+    return outputs, extras, time.perf_counter() - start
+
+
+class Engine:
+    """Runs a job's batches in this process, one after the other: the suite's behaviour without ``--workers`` and
+    ``--cluster``. Subclasses compute elsewhere (:meth:`_compute`); all of them keep each computed batch in ``store``
+    (when given) and take the batches it already has from it."""
+
+    kind = "serial"
+
+    def __init__(self, store: BatchStore | None = None):
+        self.store = store
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    def describe(self) -> dict:
+        return {"engine": self.kind, "workers": self.workers}
+
+    def run(self, job: Job, inputs: dict[str, np.ndarray], batches: list[Batch]
+            ) -> tuple[list[tuple[dict[str, np.ndarray], dict]], RunStats]:
+        """(outputs, extras) of every batch, in batch order, and what the run did. Batches the store has are read,
+        the others computed (and stored as each finishes, so that an interrupted run keeps what it computed)."""
+        start = time.perf_counter()
+        stats = RunStats(self.kind, self.workers, batches=len(batches))
+        results: list = [None] * len(batches)
+        keys: dict[int, str] = {}
+        todo = []
+        for index, batch in enumerate(batches):
+            part = {k: v[batch.start:batch.stop] for k, v in inputs.items()}
+            if self.store is not None:
+                keys[index] = self.store.key(job.identity, part, batch.options)
+                hit = self.store.read(job.name, keys[index])
+                if hit is not None:
+                    results[index] = hit
+                    stats.stored += 1
+                    continue
+            todo.append((index, part, batch.options))
+        for index, outputs, extras, seconds in self._compute(job, todo, stats):
+            extras = canonical(extras)
+            if self.store is not None:
+                self.store.write(job.name, keys[index], outputs, extras)
+            results[index] = (outputs, extras)
+            stats.computed += 1
+            stats.compute_s += seconds
+        stats.wall_s = time.perf_counter() - start
+        return results, stats
+
+    def _compute(self, job: Job, todo: list[tuple[int, dict, dict]], stats: RunStats
+                 ) -> Iterator[tuple[int, dict, dict, float]]:
+        """(index, outputs, extras, compute seconds) of each batch of ``todo``, in any order."""
+        for index, part, options in todo:
+            yield (index, *timed_compute(job.compute, job.state, part, options))
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

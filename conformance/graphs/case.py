@@ -1,0 +1,292 @@
+"""An ONNX graph of the user's (``--onnx NAME=FILE.onnx``) as a case of the accuracy test.
+
+The graph runs through the backend's ops by :class:`~conformance.graphs.interpreter.Interpreter` (a
+:class:`GraphModel`, so the backend prepares and calibrates it as it does the six models); its FP32 reference is
+onnxruntime. Inputs come from a ``.npz`` keyed by the graph's input names, or are drawn from the graph's input
+signature with the suite's evaluation seed: float inputs standard normal, integer inputs uniform over the rows of the
+constant Gather table they index (directly or through Cast/Identity/reshaping steps), the only range the graph itself
+states; an integer input that indexes no table must come from a ``.npz``. Its gates are the ``onnx`` tables of
+``accuracy.toml`` (tensor metrics of every output: there are no labels) and its FP8 settings the ``onnx`` table of the
+hardware's precisions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime
+
+from conformance.graphs import runtime
+from conformance.graphs.interpreter import Interpreter, InterpreterError
+from conformance.targets.accuracy import GRAPH_CASE
+from models.base import InputSpec, Model
+from models.ops import Ops
+from models.seeds import CALIBRATION_SEED, EVAL_SEED
+
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+MAX_NPZ_BYTES = 1 << 30  # a .npz of inputs larger than this is not read
+MAX_NPZ_ROWS = 100_000
+DRAWN_SAMPLES = 8  # samples drawn from the signature when no .npz is given
+BATCH_SIZE = 4
+# What onnxruntime raises for a graph it cannot load.
+_ORT_ERRORS = tuple(getattr(onnxruntime.capi.onnxruntime_pybind11_state, kind)
+                    for kind in ("Fail", "InvalidGraph", "InvalidArgument", "NotImplemented", "RuntimeException"))
+# Steps that carry an integer input to a Gather unchanged in value.
+_PASS_THROUGH = frozenset({"Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten"})
+
+
+class GraphCaseError(ValueError):
+    """A graph or its inputs that cannot be judged: a usage error naming the file and what is expected."""
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """What identifies an imported graph."""
+
+    path: str
+    sha256: str
+    opset: int
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[int | str]:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in value.type.tensor_type.shape.dim]
+
+
+class GraphModel(Model):
+    """An ONNX graph with the interface of the six models: ``forward`` runs it through ``ops``."""
+
+    name = GRAPH_CASE
+
+    def __init__(self, interpreter: Interpreter, config: GraphConfig):
+        constants = {k: v for k, v in interpreter.constants.items() if v.dtype == np.float32}
+        super().__init__(config, constants)
+        self.interpreter = interpreter
+        self.output_names = tuple(interpreter.outputs)
+        graph = interpreter.model.graph
+        specs = []
+        for value in graph.input:
+            if value.name not in interpreter.inputs:
+                continue
+            dims = _dims(value)
+            if not dims or isinstance(dims[0], int):
+                raise GraphCaseError(f"{config.path}: input {value.name!r} has shape ({', '.join(map(str, dims))}); "
+                                     "the first dimension must be the dynamic batch axis (torch.onnx.export's "
+                                     "dynamic_axes={NAME: {0: 'batch'}})")
+            unresolved = [d for d in dims[1:] if not isinstance(d, int)]
+            if unresolved:
+                raise GraphCaseError(f"{config.path}: input {value.name!r} has shape ({', '.join(map(str, dims))}): "
+                                     f"dimension(s) {unresolved} beyond the batch axis cannot be resolved; export "
+                                     "the graph with fixed sizes except the batch")
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type))
+            kind = "float" if dtype.kind == "f" else "bool" if dtype == np.bool_ else "int"
+            specs.append(InputSpec(value.name, tuple(dims[1:]), kind, dtype.name))
+        self._specs = tuple(specs)
+        self.id_ranges = {spec.name: _gather_rows(interpreter, spec.name) for spec in specs if spec.kind == "int"}
+
+    @property
+    def input_specs(self) -> tuple[InputSpec, ...]:
+        return self._specs
+
+    def forward(self, inputs: dict[str, np.ndarray], ops: Ops) -> dict[str, np.ndarray]:
+        return self.interpreter.run(inputs, ops)
+
+    def drawable(self) -> str | None:
+        """Why inputs cannot be drawn from the signature (an integer input indexing no table), or None."""
+        for spec in self._specs:
+            if spec.kind == "bool" or (spec.kind == "int" and self.id_ranges[spec.name] is None):
+                return (f"input {spec.name!r} ({spec.dtype}) indexes no constant Gather table, so the graph does not "
+                        "say which values it takes")
+        return None
+
+    def draws(self) -> dict[str, str]:
+        """How each input is drawn, for the report."""
+        return {s.name: "standard normal" if s.kind == "float" else
+                f"uniform integers in [0, {self.id_ranges[s.name][0]}) (the rows of {self.id_ranges[s.name][1]!r})"
+                for s in self._specs}
+
+    def sample_inputs(self, batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+        reason = self.drawable()
+        if reason is not None:
+            raise GraphCaseError(f"{self.config.path}: {reason}")
+        rng = np.random.default_rng(seed)
+        out = {}
+        for spec in self._specs:
+            shape = (batch_size, *spec.shape)
+            if spec.kind == "float":
+                out[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+            else:
+                out[spec.name] = rng.integers(0, self.id_ranges[spec.name][0], shape).astype(spec.dtype)
+        return out
+
+
+def _gather_rows(interpreter: Interpreter, name: str) -> tuple[int, str] | None:
+    """(rows, Gather node) of the smallest constant table the integer input ``name`` indexes, or None."""
+    users: dict[str, list[onnx.NodeProto]] = {}
+    for node in interpreter.model.graph.node:
+        for value in node.input:
+            users.setdefault(value, []).append(node)
+    found, frontier, seen = [], [name], set()
+    while frontier:
+        value = frontier.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        for node in users.get(value, []):
+            if node.op_type in _PASS_THROUGH and node.input[0] == value:
+                frontier.extend(node.output)
+            elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == value:
+                table = interpreter.constants.get(node.input[0])
+                if table is not None:
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    found.append((int(table.shape[axis]), node.name))
+    return min(found) if found else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_inputs(path: Path, model: GraphModel, where: str) -> dict[str, np.ndarray]:
+    """The inputs of ``model`` in the ``.npz`` at ``path``: every graph input by name, of its dtype and shape, the same
+    rows in each, and nothing else; a GraphCaseError starting with ``where`` (the option and file) otherwise."""
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise GraphCaseError(f"{where}: not a file; expected a .npz keyed by the graph's input names")
+        if size > MAX_NPZ_BYTES:
+            raise GraphCaseError(f"{where}: {size} bytes, more than the {MAX_NPZ_BYTES} read")
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise GraphCaseError(f"{where}: a single array, not a .npz keyed by the graph's input names")
+        with loaded as npz:
+            names = list(npz.files)
+            expected = {s.name: s for s in model.input_specs}
+            if sorted(names) != sorted(expected):
+                raise GraphCaseError(f"{where}: holds arrays {sorted(names)}; the graph takes {sorted(expected)}")
+            arrays = {}
+            total = sum(npz.zip.getinfo(name + ".npy").file_size for name in names)
+            if total > MAX_NPZ_BYTES:
+                raise GraphCaseError(f"{where}: {total} bytes uncompressed, more than the {MAX_NPZ_BYTES} read")
+            for name in names:
+                spec = expected[name]
+                array = npz[name]
+                fits = array.ndim == len(spec.shape) + 1 and array.shape[1:] == spec.shape
+                if array.dtype != np.dtype(spec.dtype) or not fits:
+                    raise GraphCaseError(f"{where}: array {name!r} is {array.dtype} of shape {array.shape}; the graph "
+                                         f"takes {spec.dtype} of shape (batch, {', '.join(map(str, spec.shape))})")
+                arrays[name] = array
+    except (OSError, ValueError, zipfile.BadZipFile, KeyError) as exc:
+        if isinstance(exc, GraphCaseError):
+            raise
+        raise GraphCaseError(f"{where}: not a readable .npz ({exc})") from None
+    rows = {len(a) for a in arrays.values()}
+    if len(rows) != 1 or not 0 < rows.pop() <= MAX_NPZ_ROWS:
+        raise GraphCaseError(f"{where}: arrays with rows {sorted(len(a) for a in arrays.values())}; expected the same "
+                             f"number of rows (1 to {MAX_NPZ_ROWS}) in each")
+    for spec in model.input_specs:
+        limit = model.id_ranges.get(spec.name)
+        values = arrays[spec.name]
+        if spec.kind == "float" and not np.all(np.isfinite(values)):
+            raise GraphCaseError(f"{where}: array {spec.name!r} holds NaN or Inf")
+        if limit is not None and values.size and (values.min() < 0 or values.max() >= limit[0]):
+            raise GraphCaseError(f"{where}: array {spec.name!r} holds values outside [0, {limit[0]}), the rows of "
+                                 f"{limit[1]!r}")
+    return arrays
+
+
+@dataclass
+class GraphInputs:
+    """Inputs the user gave in a ``.npz`` (the evaluation set of a graph case: no labels)."""
+
+    inputs: dict[str, np.ndarray]
+    provenance: dict[str, Any]
+    labelled: bool = False
+
+
+class GraphCase:
+    """An imported graph as the accuracy test judges it (the interface of a user's case)."""
+
+    def __init__(self, name: str, path: Path, dataset: Path | None = None, calibration: Path | None = None):
+        if not NAME.fullmatch(name):
+            raise GraphCaseError(f"--onnx {name}=...: {name!r} is not a case name; expected lower-case letters, "
+                                 "digits, '-' or '_', starting with a letter")
+        try:
+            interpreter = Interpreter(path)
+        except InterpreterError as exc:
+            raise GraphCaseError(f"--onnx {name}={path}: {exc}") from None
+        self.name = name
+        self.path = Path(path)
+        opset = max(o.version for o in interpreter.model.opset_import if o.domain in ("", "ai.onnx"))
+        self.model = GraphModel(interpreter, GraphConfig(str(self.path.resolve()), _sha256(self.path), opset))
+        self.checkpoint = None
+        self.limit = None
+        self.batch_size = BATCH_SIZE
+        self.evaluation = self.calibration = None
+        if dataset is not None:
+            self.evaluation = self._load(dataset, "--dataset")
+        elif (reason := self.model.drawable()) is not None:
+            raise GraphCaseError(f"--onnx {name}={path}: {reason}; give its inputs with --dataset {name}=FILE.npz")
+        if calibration is not None:
+            self.calibration = self._load(calibration, "--calibration")
+        elif self.evaluation is not None and self.model.drawable() is not None:
+            raise GraphCaseError(f"--onnx {name}={path}: {self.model.drawable()}; give FP8 calibration inputs with "
+                                 f"--calibration {name}=FILE.npz")
+        try:  # onnxruntime builds the reference session now: a graph it cannot run is refused before any test
+            self._session = runtime.session(self.path)
+        except (*_ORT_ERRORS, RuntimeError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise GraphCaseError(f"--onnx {name}={path}: onnxruntime cannot load it ({reason})") from None
+
+    def _load(self, path: Path, option: str) -> GraphInputs:
+        arrays = load_inputs(Path(path), self.model, f"{option} {self.name}={path}")
+        rows = len(next(iter(arrays.values())))
+        return GraphInputs(arrays, {"format": "npz", "path": str(Path(path).resolve()), "sha256": _sha256(Path(path)),
+                                    "units": rows, "rows": rows, "labels": False})
+
+    labelled = False
+
+    def count(self) -> int:
+        return len(next(iter(self.evaluation.inputs.values()))) if self.evaluation is not None else DRAWN_SAMPLES
+
+    def inputs(self, count: int) -> dict[str, np.ndarray]:
+        if self.evaluation is not None:
+            return self.evaluation.inputs
+        return self.model.sample_inputs(count, seed=EVAL_SEED)
+
+    def calibration_inputs(self) -> dict[str, np.ndarray] | None:
+        """The ``--calibration`` inputs, or None: the backend draws its calibration samples from the signature."""
+        return None if self.calibration is None else self.calibration.inputs
+
+    def reference(self, inputs: dict[str, np.ndarray], batch_size: int, cache=None) -> tuple[dict, bool]:
+        """onnxruntime's FP32 outputs of ``inputs`` (never cached: the engine is the reference)."""
+        return runtime.run(self._session, inputs, batch_size), False
+
+    def judged(self) -> dict[str, Any]:
+        """What the report says was judged: the graph in the checkpoint's place (path, sha256, opset), its inputs and
+        FP8 calibration data, and the engine of the FP32 reference."""
+        config = self.model.config
+        drawn = (f"drawn from the graph's input signature (seed {{}}): "
+                 + "; ".join(f"{name} {how}" for name, how in self.model.draws().items()))
+        out: dict[str, Any] = {
+            "checkpoint": {"path": config.path, "sha256": config.sha256, "format": "onnx", "opset": config.opset,
+                           "parameters": self.model.num_parameters, "config": {},
+                           "inputs": [s.describe() for s in self.model.input_specs],
+                           "outputs": list(self.model.output_names)},
+            "dataset": self.evaluation.provenance if self.evaluation is not None else drawn.format(EVAL_SEED),
+            "task_metrics_against": "fp32",
+            "fp32_reference": f"onnxruntime {onnxruntime.__version__} (CPU)",
+        }
+        out["fp8_calibration"] = (self.calibration.provenance if self.calibration is not None
+                                  else drawn.format(CALIBRATION_SEED))
+        return out

@@ -1,0 +1,46 @@
+"""The run's settings against the suite's data files, before any test runs: every file the run reads is valid, every
+model and precision the hardware runs has its accuracy gates, and every performance target is one the backend can
+run. A mistake is a :class:`~conformance.datafiles.DataFileError` naming the file (a usage error)."""
+
+from __future__ import annotations
+
+from conformance.settings.run import RunSettings
+from conformance.targets import DataFileError
+from conformance.targets import accuracy as accuracy_targets
+from conformance.targets.audit import load_audit_config
+from conformance.targets.label_floors import load_label_floors
+from conformance.targets.performance import PERFORMANCE_FILE, load_performance_targets
+from conformance.targets.profiles import load_profiles
+from conformance.targets.regression import load_tolerances
+
+
+class NotRunnable(DataFileError):
+    """A data file that does not fit the run (a performance target in a scenario the backend cannot run)."""
+
+
+def check_data_files() -> None:
+    """Load (and so validate) the suite's data files a run reads; the backend's own are validated by its constructor,
+    the performance targets by :func:`check_targets_runnable`."""
+    load_profiles()
+    load_audit_config()
+    load_tolerances()
+    load_label_floors()
+
+
+def check_targets_runnable(settings: RunSettings) -> None:
+    """Every performance target of the run is one the backend can run (a scenario it supports)."""
+    try:
+        targets = load_performance_targets().for_hardware(settings.hardware, settings.precisions, settings.models)
+    except ValueError as exc:  # a targets file that is not valid names itself
+        raise NotRunnable(str(exc)) from None
+    for target in targets:
+        reason = settings.backend.scenario_support(target.model, target.precision, target.scenario)
+        if reason:
+            raise NotRunnable(f"performance target {target.test_id} of hardware {settings.hardware!r} cannot "
+                                    f"run: {reason} (targets: {PERFORMANCE_FILE.name} of the suite or of the backend)")
+
+
+def check_runnable(settings: RunSettings) -> None:
+    check_data_files()
+    accuracy_targets.check_complete(settings.backend, settings.models)
+    check_targets_runnable(settings)

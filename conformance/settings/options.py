@@ -1,0 +1,452 @@
+"""Every option and environment variable of the main job, declared once: its flag, how one command-line value is read
+(``parse``: the argparse type), its default and help, and its ``check``, which turns what was given into the
+:class:`~conformance.settings.run.RunSettings` field, against the options settled before it (``--precision`` against
+the hardware's precisions, ``--xfail-file``'s default against the hardware). ``pytest_addoption`` is generated from
+:data:`OPTIONS` and :func:`settle` makes the run's settings from it; a bad value is a :class:`SettingsError` (or, for
+one value that cannot be read, argparse's error) naming the option, the value and what is expected: a usage error.
+
+Numbers are integers written in ASCII digits, from 1 to a bound that means something (``--samples`` to the largest
+sample count the suite's data files allow, ``--shard`` to more shares than the suite has tests); paths are not empty
+and hold no NUL character."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.datasets.cache import CACHE_VARIABLE, CacheError, check_writable, default_directory
+from conformance.hardware import Backend, get_backend, hardware_names
+from conformance.numerics.compiled import KERNEL_PATHS, KERNELS_VARIABLE, configured_path
+from conformance.numerics.formats import THREADS_VARIABLE, worker_threads
+from conformance.report import xfails
+from conformance.report.shard import Shard, parse_shard
+from conformance.settings.run import RunSettings
+from conformance.targets import accuracy as accuracy_targets
+from conformance.targets.bounds import MAX_SAMPLES
+from conformance.targets.profiles import PROFILE_NAMES
+from models import MODEL_NAMES, canonical_name
+
+# cases beside the six models (their gates are in accuracy.toml), run when --model is not given or names them
+EXTRA_CASES = tuple(accuracy_targets.EXTRA_CASES)
+MAX_SHARDS = 1000  # more shares than the suite has tests: every share beyond the tests' count would run nothing
+MAX_THREADS = 1024  # emulator threads: more than any host's cores
+MAX_DIGITS = 20  # an integer option written with more digits than this is not a count
+
+
+class SettingsError(ValueError):
+    """An option or environment variable that is not valid, or options that do not go together: a usage error."""
+
+
+# -- reading one command-line value (argparse types: an ArgumentTypeError names the value, argparse the option) ------
+
+def _integer(text: str, low: int, high: int) -> int:
+    """``text`` as an integer from ``low`` to ``high``, written in ASCII digits; a ValueError otherwise."""
+    text = text.strip()
+    if not re.fullmatch(r"[0-9]{1,%d}" % MAX_DIGITS, text):
+        raise ValueError(f"expected an integer written in digits, got {text[:40]!r}")
+    number = int(text)
+    if not low <= number <= high:
+        raise ValueError(f"expected an integer from {low} to {high:,}, got {number:,}")
+    return number
+
+
+def parse_path(value: str) -> Path:
+    """A path option's value: not empty (``--report-dir ''`` is not the current directory) and without a NUL."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a path (empty); expected a file or directory name")
+    if "\0" in value:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a path: it holds a NUL character")
+    return Path(value).expanduser()
+
+
+def parse_models(value: str) -> list[str]:
+    """``--model``: one name or a comma list, each a known model or alias (or an extra case), none empty or repeated."""
+    names: dict[str, str] = {}  # canonical name -> how it was written
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} has an empty model name; expected NAME[,NAME...] with each NAME one of: "
+                f"{', '.join(MODEL_NAMES)}")
+        try:
+            name = part.lower() if part.lower() in EXTRA_CASES else canonical_name(part)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{exc}; or {', '.join(EXTRA_CASES)} (the trained checkpoint case)") from None
+        if name in names:
+            raise argparse.ArgumentTypeError(f"{value!r} names model {name!r} twice ({names[name]!r} and {part!r})")
+        names[name] = part
+    return list(names)
+
+
+def parse_precisions(value: str) -> list[str]:
+    """``--precision``: a comma list of names, none empty; checked against the hardware's precisions by its check."""
+    names = [part.strip() for part in value.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{value!r} has an empty precision name; expected NAME[,NAME...]")
+    return names
+
+
+def parse_shard_option(value: str) -> Shard:
+    """``--shard I/N``, N at most :data:`MAX_SHARDS`."""
+    if len(value) > 2 * MAX_DIGITS + 3:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}...: expected I/N with integers, e.g. 1/4")
+    try:
+        shard = parse_shard(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if shard.count > MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"--shard {value!r}: expected at most {MAX_SHARDS} shares (N); the suite has "
+                                         "fewer tests than that")
+    return shard
+
+
+def parse_model_path(value: str) -> tuple[str, Path]:
+    """``--checkpoint``, ``--dataset``, ``--calibration``: ``MODEL=PATH`` with a known model (or alias)."""
+    name, sep, path = value.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not MODEL=PATH (e.g. resnet50=/data/imagenet)")
+    try:
+        model = canonical_name(name.strip())
+    except ValueError as exc:
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,39}", name.strip()):
+            raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+        model = name.strip()  # a case of --onnx, or an unknown model: told apart by the option's check
+    return model, parse_path(path.strip())
+
+
+def parse_sample_cap(value: str) -> tuple[str, int]:
+    """``--samples``: ``N`` (every model) or ``MODEL=N``, N a positive integer of at most the samples a file holds."""
+    name, sep, count = value.rpartition("=")
+    try:
+        model = canonical_name(name.strip()) if sep else "*"
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+    try:
+        number = _integer(count, 1, MAX_SAMPLES)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected N or MODEL=N with N a positive integer of at most "
+                                         f"{MAX_SAMPLES:,} ({exc})") from None
+    return model, number
+
+
+def parse_chip(value: str) -> str:
+    """``--device``: a chip name, compared in lower case; checked against the hardware's chips by its check."""
+    if not value.strip() or "\0" in value:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a chip name; expected e.g. c600")
+    return value.strip().lower()
+
+
+# -- checking what was given against the options settled before it ----------------------------------------------------
+
+class Settled:
+    """The fields settled so far (in the table's order) and the run's backend, made once from ``--hardware`` and
+    ``--device`` when a check first needs it."""
+
+    def __init__(self, given: Mapping[str, Any]):
+        self.given = given  # every option's value as parsed, by dest
+        self.fields: dict[str, Any] = {}
+        self._backend: Backend | None = None
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            try:
+                self._backend = get_backend(self.fields["hardware"], self.given.get("device"))
+            except ValueError as exc:  # an unknown chip names --device; a data file that is not valid names itself
+                raise SettingsError(str(exc)) from None
+        return self._backend
+
+
+def _as_given(value, settled: Settled):
+    """Options whose parse (or argparse's choices) is the whole check."""
+    return value
+
+
+def _switch(value, settled: Settled) -> bool:
+    if not isinstance(value, bool):
+        raise SettingsError(f"expected a switch (given or not), got {value!r}")
+    return value
+
+
+def _one_of(names: Callable[[], tuple[str, ...]], flag: str):
+    def check(value, settled: Settled) -> str:
+        if value not in names():
+            raise SettingsError(f"{flag} {value!r}: expected one of: {', '.join(names())}")
+        return value
+    return check
+
+
+def check_selection(groups: list[list[str]], settled: Settled) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``--model``: (the models, the extra cases): each name once over all uses, else all six and every extra case."""
+    chosen = [name for group in groups for name in group]
+    repeated = sorted({name for name in chosen if chosen.count(name) > 1})
+    if repeated:
+        raise SettingsError(f"--model: {', '.join(map(repr, repeated))} given more than once (an alias counts as "
+                            f"the model it names); give each model once")
+    models = tuple(name for name in chosen if name not in EXTRA_CASES)
+    everything = not chosen and not settled.fields.get("onnx")  # --onnx alone judges the graphs only
+    cases = tuple(case for case in EXTRA_CASES if everything or case in chosen)
+    return (MODEL_NAMES if everything else models), cases
+
+
+def parse_onnx(value: str) -> tuple[str, Path]:
+    """``--onnx``: ``NAME=FILE.onnx`` (the graph is read and checked by its check)."""
+    name, sep, path = value.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=FILE.onnx (e.g. vit=/models/vit.onnx)")
+    try:
+        known = name.strip().lower() in EXTRA_CASES or bool(canonical_name(name.strip()))
+    except ValueError:
+        known = False
+    if known:
+        raise argparse.ArgumentTypeError(f"{value!r}: {name.strip()!r} names a model of the suite; give the graph a "
+                                         "new case name")
+    return name.strip(), parse_path(path.strip())
+
+
+def check_onnx(pairs: list[tuple[str, Path]], settled: Settled) -> dict:
+    """``--onnx``: each graph read, checked by the interpreter and onnxruntime, its inputs drawable, with gates for
+    imported graphs on the hardware (a usage error naming the file and node otherwise)."""
+    if not pairs:
+        return {}
+    from conformance.graphs import GraphCase, GraphCaseError  # onnx loads only when a graph is given
+
+    hardware = settled.fields["hardware"]
+    if not accuracy_targets.matrix(hardware, [accuracy_targets.GRAPH_CASE]):
+        raise SettingsError(f"--onnx: hardware {hardware!r} has no [{hardware}.{accuracy_targets.GRAPH_CASE}."
+                            f"<precision>] gates in {accuracy_targets.ACCURACY_FILE.name}")
+    cases: dict = {}
+    datasets, calibrations = dict(settled.given["dataset"]), dict(settled.given["calibration"])
+    for name, path in pairs:
+        if name in cases:
+            raise SettingsError(f"--onnx {name}=... given more than once; give each case once")
+        try:
+            cases[name] = GraphCase(name, path, datasets.get(name), calibrations.get(name))
+        except GraphCaseError as exc:
+            raise SettingsError(str(exc)) from None
+    return cases
+
+
+def check_precisions(groups: list[list[str]], settled: Settled) -> tuple[str, ...]:
+    """``--precision``: each one the hardware has (a usage error listing them otherwise), or all of them."""
+    valid = settled.backend.precisions
+    chosen = [name for group in groups for name in group]
+    unknown = [name for name in chosen if name not in valid]
+    if unknown:
+        raise SettingsError(f"--precision: unknown precision(s) {', '.join(map(repr, unknown))} for hardware "
+                            f"{settled.fields['hardware']!r}; expected one or more of: {', '.join(valid)}")
+    return tuple(dict.fromkeys(chosen)) if chosen else tuple(valid)
+
+
+def check_device(chip: str | None, settled: Settled) -> str | None:
+    """``--device``: a chip of the hardware (the backend is made on it: a usage error listing the chips otherwise)."""
+    if chip is not None:
+        settled.backend  # noqa: B018 - made on the chip, or refused naming it
+    return chip
+
+
+def _per_model(flag: str):
+    """``MODEL=VALUE`` options as a dict; a model given twice is a usage error."""
+    def check(pairs, settled: Settled) -> dict:
+        out: dict = {}
+        for name, value in pairs:
+            if name in settled.fields.get("onnx", {}):
+                continue  # an imported graph's inputs: read with the graph (--onnx)
+            if name != "*":
+                try:
+                    canonical_name(name)
+                except ValueError as exc:
+                    raise SettingsError(f"{flag} {name}=...: {exc}; or a case of --onnx") from None
+            if name in out:
+                shown = "N" if name == "*" else f"{name}=..."
+                raise SettingsError(f"{flag} {shown} given more than once; give each model once")
+            out[name] = value
+        return out
+    return check
+
+
+def check_cache_dir(given: Path | None, settled: Settled) -> Path | None:
+    """``--cache-dir`` or the platform's cache directory, created and writable, when a user's checkpoint, data set
+    or calibration data is judged (their FP32 outputs are cached); None otherwise."""
+    fields = settled.fields
+    if not (fields["checkpoints"] or fields["datasets"] or fields["calibrations"]):
+        return None
+    try:
+        return check_writable(given if given is not None else default_directory())
+    except CacheError as exc:
+        raise SettingsError(f"--cache-dir: {exc}" if given is not None else str(exc)) from None
+
+
+def check_xfail_file(given: Path | None, settled: Settled) -> Path:
+    """``--xfail-file`` (a readable file, else a usage error naming the path), or the hardware's own file (which may
+    be missing: no known failures)."""
+    path = given if given is not None else xfails.xfail_file(settled.fields["hardware"])
+    if given is None and not path.exists():
+        return path
+    if not path.exists():
+        raise SettingsError(f"--xfail-file {path}: no such file")
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise SettingsError(f"--xfail-file {path}: {kind}; expected a known-failures file")
+    try:
+        path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SettingsError(f"--xfail-file {path}: cannot read it ({reason})") from None
+    return path
+
+
+# -- the table ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    help: str  # %(default)s and %(choices)s are filled in by argparse
+    check: Callable[[Any, Settled], Any]  # what was given -> the value of the field(s) (a tuple for several)
+    parse: Callable[[str], Any] | None = None  # one command-line value -> a typed value (argparse's type)
+    default: Any = None
+    choices: Callable[[], tuple[str, ...]] | None = None
+    repeatable: bool = False  # given several times: the list of the parsed values
+    switch: bool = False  # a flag without a value (store_true)
+    metavar: str | None = None
+    fields: tuple[str, ...] = ()  # the RunSettings fields it fills (default: the one named as its dest)
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def settles(self) -> tuple[str, ...]:
+        return self.fields or (self.dest,)
+
+    def arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``addoption`` / ``add_argument``."""
+        if self.switch:
+            return {"action": "store_true", "default": False, "help": self.help}
+        out: dict[str, Any] = {"default": [] if self.repeatable else self.default, "help": self.help}
+        if self.repeatable:
+            out["action"] = "append"
+        if self.parse is not None:
+            out["type"] = self.parse
+        if self.choices is not None:
+            out["choices"] = self.choices()
+        if self.metavar is not None:
+            out["metavar"] = self.metavar
+        return out
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--hardware", "hardware backend to test: %(choices)s (default: %(default)s)",
+           _one_of(hardware_names, "--hardware"), default="cpu", choices=hardware_names),
+    Option("--onnx", "judge an ONNX graph (opset 17 or later, FP32, a dynamic batch axis) run through the hardware's "
+           "ops against onnxruntime at every precision, on inputs drawn from its signature; repeatable; without "
+           "--model only the graphs run", check_onnx, parse=parse_onnx, repeatable=True, metavar="NAME=FILE.onnx"),
+    Option("--model", "model(s) to run, repeatable or a comma list; minilm names the trained all-MiniLM-L6-v2 case "
+           "(default: all six and minilm)", check_selection, parse=parse_models, repeatable=True,
+           metavar="NAME[,NAME...]", fields=("models", "cases")),
+    Option("--profile", "how many samples and which batch sizes: %(choices)s (default: %(default)s)",
+           _one_of(lambda: PROFILE_NAMES, "--profile"), default="default", choices=lambda: PROFILE_NAMES),
+    Option("--report-dir", "directory for the run's reports and logs (default: none written)", _as_given,
+           parse=parse_path, metavar="DIR"),
+    Option("--precision", "precision(s) to test, repeatable or a comma list, e.g. fp16,fp8 on ipu (default: all of "
+           "the hardware's)", check_precisions, parse=parse_precisions, repeatable=True, metavar="NAME[,NAME...]",
+           fields=("precisions",)),
+    Option("--diagnose", "report the error layer by layer (SNR per op vs FP32) for every accuracy test, not only "
+           "failing ones", _switch, switch=True),
+    Option("--baseline", "an earlier run's results.json: fail on accuracy drops or latency/throughput regressions "
+           "beyond conformance/targets/regression.toml (default: no comparison)", _as_given, parse=parse_path,
+           metavar="RESULTS_JSON"),
+    Option("--shard", f"run only the I-th of N deterministic shares of the tests, e.g. 2/4, N at most {MAX_SHARDS} "
+           "(default: all tests)", _as_given, parse=parse_shard_option, metavar="I/N"),
+    Option("--device", "the simulated chip whose timing model the performance tests use, e.g. c600, gc200, bow on ipu "
+           "(default: the hardware's first, c600)", check_device, parse=parse_chip, metavar="CHIP"),
+    Option("--real-time-loadgen", "run a simulated device's scenarios under the real LoadGen on the host's clock "
+           "instead of on virtual time (a cross-check: latencies then include the host's scheduling)", _switch,
+           switch=True),
+    Option("--checkpoint", "judge your trained checkpoint (a transformers save_pretrained directory; widedeep: its own "
+           "layout) instead of the seeded weights; repeatable, one per model", _per_model("--checkpoint"),
+           parse=parse_model_path, repeatable=True, metavar="MODEL=DIR", fields=("checkpoints",)),
+    Option("--dataset", "judge on your evaluation data (SQuAD v1.1 JSON, an image folder with val_map.txt, Criteo TSV, "
+           "CAIL2019-SCM JSON lines, a conformer .npz) with task metrics against its labels; repeatable, one per model",
+           _per_model("--dataset"), parse=parse_model_path, repeatable=True, metavar="MODEL=PATH",
+           fields=("datasets",)),
+    Option("--calibration", "calibrate the FP8 input scales on this data (the --dataset formats; keep it disjoint from "
+           "the evaluation data, e.g. MLPerf's calibration lists) instead of the model's synthetic calibration samples; "
+           "repeatable", _per_model("--calibration"), parse=parse_model_path, repeatable=True, metavar="MODEL=PATH",
+           fields=("calibrations",)),
+    Option("--allow-unused-weights", "judge a --checkpoint whose model.safetensors holds tensors its config.json does "
+           "not use (by default a usage error naming them); the report lists them", _switch, switch=True),
+    Option("--samples", "accuracy samples per model (a data set: at most N of its questions/images/triplets/rows, "
+           "default all; otherwise N synthetic samples, default the profile's); repeatable", _per_model("--samples"),
+           parse=parse_sample_cap, repeatable=True, metavar="N|MODEL=N"),
+    Option("--cache-dir", "where FP32 outputs of your checkpoints and data are cached (default: the platform's user "
+           f"cache directory, e.g. ~/.cache/ipu-conformance, or ${CACHE_VARIABLE})", check_cache_dir,
+           parse=parse_path, metavar="DIR"),
+    Option("--xfail-file", "known failures of the hardware (default: conformance/xfails/<hardware>.txt)",
+           check_xfail_file, parse=parse_path, metavar="FILE"),
+)
+
+
+# -- environment variables ----------------------------------------------------------------------------------------
+
+def check_threads(value: str) -> None:
+    """The emulator's threads: what :func:`~conformance.numerics.formats.worker_threads` reads, at most
+    :data:`MAX_THREADS`."""
+    try:
+        worker_threads()
+    except ValueError:
+        raise SettingsError(
+            f"environment variable {THREADS_VARIABLE}={value!r} is not a positive integer; set it to 1 or more (1 turns "
+            f"the emulator's threading off) or unset it (default: the cores, at most 8)") from None
+    if len(value) > MAX_DIGITS or int(value) > MAX_THREADS:
+        raise SettingsError(f"environment variable {THREADS_VARIABLE}={value[:40]!r} is more threads than any host's "
+                            f"cores; set it to at most {MAX_THREADS} or unset it (default: the cores, at most 8)")
+
+
+def check_kernels(value: str) -> None:
+    """The emulator's kernel path: what :func:`~conformance.numerics.compiled.configured_path` reads."""
+    try:
+        configured_path()
+    except ValueError:
+        raise SettingsError(f"environment variable {KERNELS_VARIABLE}={value!r} is not a kernel path; set it to one "
+                            f"of: {', '.join(KERNEL_PATHS)}, or unset it (default: numba)") from None
+
+
+def check_cache_variable(value: str) -> None:
+    """The default cache directory (used, and then created, only when a user's case is judged)."""
+    if "\0" in value:
+        raise SettingsError(f"environment variable {CACHE_VARIABLE}={value!r} is not a path: it holds a NUL character")
+
+
+# variable -> its check of a set, non-empty value (empty is as if unset)
+ENVIRONMENT: dict[str, Callable[[str], None]] = {
+    THREADS_VARIABLE: check_threads,
+    KERNELS_VARIABLE: check_kernels,
+    CACHE_VARIABLE: check_cache_variable,
+}
+
+
+def check_environment() -> None:
+    """Every variable of :data:`ENVIRONMENT` that is set; a SettingsError naming the first that is not valid."""
+    for name, check in ENVIRONMENT.items():
+        value = os.environ.get(name, "")
+        if value:
+            check(value)
+
+
+def settle(given: Mapping[str, Any] | Callable[[str], Any]) -> RunSettings:
+    """The run's settings from every option's parsed value (a mapping by dest, or pytest's ``config.getoption``),
+    each checked in the table's order, and the environment; a SettingsError on the first that is not valid."""
+    get = given if callable(given) else given.__getitem__
+    settled = Settled({option.dest: get(option.dest) for option in OPTIONS})
+    check_environment()
+    for option in OPTIONS:
+        value = option.check(settled.given[option.dest], settled)
+        values = value if len(option.settles) > 1 else (value,)
+        settled.fields.update(zip(option.settles, values, strict=True))
+    return RunSettings(**settled.fields, backend=settled.backend)

@@ -1,0 +1,237 @@
+"""The distributed engine: two local workers give the same bits as a serial run, a killed worker costs time and not
+results, an interrupted run resumes from its stored batches, and a bad cluster is a clear error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from conformance.accuracy import reference
+from conformance.accuracy.evaluation import HardwareWork, hardware_batch, hardware_batches, run_hardware, run_on_engine
+from conformance.distributed import (
+    BatchStore,
+    DaskEngine,
+    Engine,
+    EngineError,
+    Job,
+    check_address,
+    fingerprint,
+    make_engine,
+)
+from conformance.distributed import cluster as cluster_module
+from conformance.hardware import get_backend
+from conformance.targets.profiles import load_profiles
+from conformance.test_accuracy import AccuracyRuns
+from models import MODEL_NAMES, load_model
+from models.seeds import WEIGHT_SEED
+
+SMOKE = load_profiles()["smoke"]
+
+
+def _case(name: str, precision: str, count: int | None = None, batch: int | None = None):
+    model = load_model(name, seed=WEIGHT_SEED)
+    count = count or SMOKE.samples[name]
+    batch = batch or SMOKE.batch_size[name]
+    inputs = reference.evaluation_inputs(model, count)
+    prepared = get_backend("ipu").prepare(model, precision, batch_size=batch)
+    return model, prepared, inputs, batch
+
+
+def _same(a, b) -> None:
+    """Two runs with the same bits: outputs, the probe's local errors, and what the run used (FP8 scales)."""
+    assert sorted(a.outputs) == sorted(b.outputs)
+    for key in a.outputs:
+        assert a.outputs[key].dtype == b.outputs[key].dtype
+        assert np.array_equal(a.outputs[key], b.outputs[key], equal_nan=True), key
+    assert a.local_errors == b.local_errors
+    assert a.details == b.details
+
+
+@pytest.fixture(scope="module")
+def workers():
+    with make_engine(workers=2) as engine:
+        yield engine
+
+
+# -- choosing the engine ----------------------------------------------------------------------------------------------
+def test_the_serial_engine_is_the_default_and_the_options_are_checked():
+    assert type(make_engine()) is Engine and make_engine().workers == 1
+    with pytest.raises(EngineError, match="give one of them"):
+        make_engine(workers=2, cluster="tcp://127.0.0.1:8786")
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(EngineError, match="expected a positive number of local worker processes"):
+            make_engine(workers=bad)
+
+
+@pytest.mark.parametrize("address", ["", "localhost", "tcp://", "http://host:80", "host:0", "host:70000", "a b:1"])
+def test_a_malformed_cluster_address_is_refused(address):
+    with pytest.raises(EngineError, match=r"not a Dask scheduler address; expected \[tcp://\]HOST:PORT"):
+        check_address(address)
+
+
+def test_a_cluster_address_is_normalised():
+    assert check_address("10.0.0.5:8786") == "tcp://10.0.0.5:8786"
+    assert check_address("tls://node-3.cluster:8786") == "tls://node-3.cluster:8786"
+
+
+def test_a_cluster_that_does_not_answer_is_a_clear_error():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.perf_counter()
+    with pytest.raises(EngineError, match=rf"--cluster tcp://127.0.0.1:{port}: no Dask scheduler answered within 2 s"):
+        DaskEngine(address=f"127.0.0.1:{port}", connect_timeout=2)
+    assert time.perf_counter() - start < 30
+
+
+def test_the_accuracy_runs_take_their_engine_from_the_settings(tmp_path):
+    serial = AccuracyRuns(SimpleNamespace(cache_dir=tmp_path), None, None, {}, None)
+    assert type(serial.engine()) is Engine and serial.engine().store is None  # as without the engine: nothing stored
+    runs = AccuracyRuns(SimpleNamespace(cache_dir=tmp_path, workers=1, cluster=None), None, None, {}, None)
+    try:
+        engine = runs.engine()
+        assert isinstance(engine, DaskEngine) and engine.workers == 1 and runs.engine() is engine
+        assert engine.store.directory == tmp_path / "batches"
+    finally:
+        runs.close()
+
+
+# -- fingerprints and the store ---------------------------------------------------------------------------------------
+def test_the_fingerprint_follows_the_weights_and_the_prepared_ops():
+    backend = get_backend("ipu")
+    model = load_model("widedeep", seed=WEIGHT_SEED)
+    again = load_model("widedeep", seed=WEIGHT_SEED)
+    fp16 = fingerprint((model, backend.prepare(model, "fp16")))
+    assert fp16 != fingerprint((model, backend.prepare(model, "fp16-half-partials")))
+    assert fp16 == fingerprint((again, backend.prepare(again, "fp16")))  # built alike in another place: the same
+    other = load_model("widedeep", seed=WEIGHT_SEED + 1)
+    assert fp16 != fingerprint((other, backend.prepare(other, "fp16")))
+    with pytest.raises(TypeError, match=r"cannot fingerprint obj\[1\]: a lock"):
+        fingerprint([1, threading.Lock()])
+
+
+def test_a_damaged_stored_batch_is_computed_again(tmp_path):
+    store = BatchStore(tmp_path)
+    key = store.key("identity", {"x": np.arange(4)}, {})
+    assert key != store.key("identity", {"x": np.arange(4) + 1}, {}) != store.key("other", {"x": np.arange(4)}, {})
+    assert key != store.key("identity", {"x": np.arange(4)}, {"probe": True})
+    assert store.read("job", key) is None
+    path = store.write("job", key, {"y": np.ones(3, np.float32)}, {"details": {"a": 1}})
+    outputs, extras = store.read("job", key)
+    assert np.array_equal(outputs["y"], np.ones(3, np.float32)) and extras == {"details": {"a": 1}}
+    path.write_bytes(path.read_bytes()[:-30])
+    with pytest.warns(UserWarning, match="could not be used"):
+        assert store.read("job", key) is None
+    assert str(path) in store.replaced
+    other = store.key("identity", {"x": np.arange(5)}, {})
+    store.path("job", other).parent.mkdir(parents=True, exist_ok=True)
+    store.path("job", other).write_bytes(store.write("job", key, {"y": np.zeros(1)}, {}).read_bytes())
+    with pytest.warns(UserWarning, match=r"computed for key"):
+        assert store.read("job", other) is None
+
+
+# -- same bits --------------------------------------------------------------------------------------------------------
+def test_two_workers_give_the_bits_of_a_serial_run(workers):
+    """widedeep at fp8 with the probe, 1024 rows in eight batches: outputs, local errors and FP8 scales the same bits
+    as the serial engine's and as run_hardware's, the batches assembled in order whatever order they finished in."""
+    model, prepared, inputs, _ = _case("widedeep", "fp8")
+    batch = 128
+    serial = run_on_engine(make_engine(), "widedeep-fp8", model, prepared, inputs, batch, probe=True)
+    spread = run_on_engine(workers, "widedeep-fp8", model, prepared, inputs, batch, probe=True)
+    _same(serial, spread)
+    assert spread.stats.computed == len(hardware_batches(inputs, batch, True)) > 2
+    ops = prepared.ops()
+    outputs, local = run_hardware(model, inputs, batch, ops, probe=True)
+    assert all(np.array_equal(outputs[k], serial.outputs[k]) for k in outputs)
+    assert [tuple(e) for e in local] == serial.local_errors
+    assert serial.details == prepared.details(ops)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_two_workers_give_the_bits_of_a_serial_run_for_every_model(workers, name):
+    """Each model at fp8 with the probe on its smoke samples, at half the smoke batch: two batches at least."""
+    model, prepared, inputs, batch = _case(name, "fp8", batch=max(1, SMOKE.batch_size[name] // 2))
+    serial = run_on_engine(make_engine(), f"{name}-fp8", model, prepared, inputs, batch, probe=True)
+    spread = run_on_engine(workers, f"{name}-fp8", model, prepared, inputs, batch, probe=True)
+    _same(serial, spread)
+    assert spread.stats.computed == len(hardware_batches(inputs, batch, True)) >= 2
+
+
+def test_workers_running_other_sources_are_refused(workers, monkeypatch):
+    monkeypatch.setattr(cluster_module, "suite_version", lambda: "0" * 64)
+    with pytest.raises(EngineError, match=r"2 of 2 workers of the local cluster run other suite sources than this "
+                                          r"process \(version 000000000000\)"):
+        workers._check_versions()
+
+
+# -- faults -----------------------------------------------------------------------------------------------------------
+def test_a_killed_worker_costs_time_not_results(workers, tmp_path, monkeypatch):
+    model, prepared, inputs, _ = _case("widedeep", "fp16", count=4096)
+    batch = 256
+    expected = run_on_engine(make_engine(), "widedeep-fp16", model, prepared, inputs, batch, probe=False)
+    monkeypatch.setattr(workers, "store", BatchStore(tmp_path))  # to see the run's progress
+    pid = next(iter(workers.client.run(os.getpid).values()))
+    done: dict = {}
+
+    def run():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            done["run"] = run_on_engine(workers, "widedeep-fp16", model, prepared, inputs, batch, probe=False)
+        done["warnings"] = [str(w.message) for w in caught]
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    stored = tmp_path / "batches" / "widedeep-fp16"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list(stored.rglob("*.npz"))) < 2:
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    thread.join(600)
+    run = done["run"]
+    assert len(list(stored.rglob("*.npz"))) == run.stats.computed == len(hardware_batches(inputs, batch, False))
+    _same(expected, run)
+    assert run.stats.lost_workers and any("lost during the run" in w for w in done["warnings"])
+    workers.client.wait_for_workers(2, timeout=60)  # the nanny restarted it
+
+
+class _Interrupt:
+    """hardware_batch that stops the run (as Ctrl-C does) once it has computed ``after`` batches."""
+
+    def __init__(self, after: int):
+        self.after = after
+        self.calls = 0
+
+    def __call__(self, work, inputs, options):
+        if self.calls == self.after:
+            raise KeyboardInterrupt
+        self.calls += 1
+        return hardware_batch(work, inputs, options)
+
+
+def test_an_interrupted_run_resumes_and_recomputes_nothing_it_has(tmp_path, workers, monkeypatch):
+    model, prepared, inputs, _ = _case("widedeep", "fp8")
+    batch = 128
+    batches = hardware_batches(inputs, batch, True)
+    identity = fingerprint((model, prepared))
+    store = BatchStore(tmp_path)
+    interrupt = _Interrupt(after=3)
+    with pytest.raises(KeyboardInterrupt):
+        Engine(store).run(Job("widedeep-fp8", HardwareWork(model, prepared), interrupt, identity), inputs, batches)
+    assert len(list(tmp_path.rglob("*.npz"))) == 3
+    resumed = run_on_engine(Engine(store), "widedeep-fp8", model, prepared, inputs, batch, probe=True)
+    assert resumed.stats.stored == 3
+    assert resumed.stats.computed == len(batches) - 3
+    monkeypatch.setattr(workers, "store", store)
+    on_workers = run_on_engine(workers, "widedeep-fp8", model, prepared, inputs, batch, probe=True)
+    assert on_workers.stats.computed == 0 and on_workers.stats.stored == len(batches)
+    _same(run_on_engine(Engine(), "widedeep-fp8", model, prepared, inputs, batch, probe=True), resumed)
+    _same(resumed, on_workers)

@@ -1,0 +1,223 @@
+"""The ONNX interpreter: a graph run through a backend's ops.
+
+Round trip: the exported FP32 graph of a model, run through the ipu backend's ops at each of its precisions (and the
+FP32 reference ops), gives the model's own outputs bit for bit. Operators: a graph of the supported operators run
+through the FP32 reference ops against onnxruntime. Refusals: each bad graph is an InterpreterError naming what is
+wrong, before anything runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conformance.graphs import record
+from conformance.graphs.interpreter import MIN_OPSET, SUPPORTED, Interpreter, InterpreterError
+from conformance.graphs.runtime import relative_error, session
+from conformance.hardware import get_backend
+from models import MODEL_NAMES, load_model
+from models.ops import Ops
+from models.seeds import EVAL_SEED
+from tests.test_graph_export import SMALL
+
+IPU = get_backend("ipu")
+PRECISIONS = ("fp32", *IPU.precisions)  # fp32: the reference ops (the cpu hardware's)
+
+
+def round_trip(name: str, precision: str) -> None:
+    model = load_model(name, **SMALL[name])
+    interpreter = Interpreter(record(model).model.SerializeToString())
+    make_ops = Ops if precision == "fp32" else IPU.prepare(model, precision).ops
+    inputs = model.sample_inputs(3, seed=EVAL_SEED)
+    expected = model(inputs, make_ops())
+    got = interpreter.run(inputs, make_ops())
+    assert set(got) == set(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=f"{name} {precision} {key}")
+
+
+# widedeep sums its wide terms as a matmul by a constant vector of ones: in a graph a MatMul with a constant operand is
+# a layer's weight (as PopRT takes it), so at FP8 the interpreter quantizes that vector as a weight where the model
+# calibrates it as an activation (and has no input scale for it); at the other precisions the bits are the model's.
+@pytest.mark.parametrize("name, precision", [(n, p) for n in MODEL_NAMES for p in PRECISIONS
+                                             if not (n == "widedeep" and p == "fp8")])
+def test_round_trip_gives_the_models_bits(name, precision):
+    round_trip(name, precision)
+
+
+def test_node_names_reach_the_ops_as_layer_names():
+    model = load_model("albert", **SMALL["albert"])  # a shared layer: nodes layer, layer:1, layer:2 are one layer
+    names: list[str] = []
+    Interpreter(record(model).model.SerializeToString()).run(model.sample_inputs(1), Ops(recorder=lambda n, _: names.append(n)))
+    expected: list[str] = []
+    model(model.sample_inputs(1), Ops(recorder=lambda n, _: expected.append(n)))
+    assert set(expected) <= set(names)
+    assert {n.split("/")[0] for n in names} == set(expected)
+
+
+# -- the operators, against onnxruntime --------------------------------------------------------------------------------
+def make_model(nodes, inputs, outputs, initializers=(), opset=20, **kwargs):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9, **kwargs)
+
+
+def const(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def test_operators_compute_what_onnxruntime_computes():
+    rng = np.random.default_rng(0)
+    f = TensorProto.FLOAT
+    w = rng.standard_normal((6, 8)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "c"], ["g"], name="gemm", transB=1),                 # (B, 6)
+        helper.make_node("Div", ["g", "two"], ["d"], name="half"),
+        helper.make_node("Gelu", ["d"], ["e"], name="act", approximate="tanh"),
+        helper.make_node("Unsqueeze", ["e", "ax1"], ["u"], name="u"),                            # (B, 1, 6)
+        helper.make_node("Expand", ["u", "shape3"], ["ex"], name="ex"),                          # (B, 3, 6)
+        helper.make_node("Slice", ["ex", "st", "en", "axs", "stp"], ["sl"], name="sl"),          # (B, 3, 3) reversed
+        helper.make_node("LayerNormalization", ["sl", "gamma"], ["ln"], name="ln", axis=-1, epsilon=1e-5),
+        helper.make_node("Split", ["ln"], ["s0", "s1"], name="split", axis=1, num_outputs=2),    # (B, 2, 3), (B, 1, 3)
+        helper.make_node("Sigmoid", ["s1"], ["sg"], name="sig"),
+        helper.make_node("Mul", ["s0", "sg"], ["m"], name="gate"),
+        helper.make_node("Softmax", ["m"], ["sm"], name="softmax", axis=-1),
+        helper.make_node("ReduceMean", ["sm", "ax1"], ["rm"], name="mean", keepdims=0),          # (B, 3)
+        helper.make_node("Shape", ["rm"], ["sh"], name="shape"),
+        helper.make_node("Flatten", ["ex"], ["fl"], name="flat", axis=1),                         # (B, 18)
+        helper.make_node("Squeeze", ["u", "ax1"], ["sq"], name="squeeze"),                       # (B, 6)
+        helper.make_node("Sub", ["sq", "e"], ["zero"], name="sub"),
+        helper.make_node("Tanh", ["fl"], ["th"], name="tanh"),
+    ]
+    inits = [const("w", w), const("c", rng.standard_normal(6).astype(np.float32)), const("two", np.float32(2)),
+             const("ax1", np.int64([1])), const("shape3", np.int64([1, 3, 1])), const("st", np.int64([-1])),
+             const("en", np.int64([-(2 ** 63)])), const("axs", np.int64([2])), const("stp", np.int64([-2])),
+             const("gamma", rng.standard_normal(3).astype(np.float32))]
+    outputs = [helper.make_tensor_value_info(n, t, shape) for n, t, shape in
+               (("rm", f, ["batch", 3]), ("sh", TensorProto.INT64, [2]), ("th", f, ["batch", 18]),
+                ("zero", f, ["batch", 6]))]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", f, ["batch", 8])], outputs, inits)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    expected = dict(zip(["rm", "sh", "th", "zero"], session(model).run(None, {"x": x})))
+    got = Interpreter(model.SerializeToString()).run({"x": x}, Ops())
+    np.testing.assert_array_equal(got["sh"], expected["sh"])
+    for key in ("rm", "th", "zero"):
+        assert got[key].shape == expected[key].shape and relative_error(got[key], expected[key]) <= 1e-6, key
+
+
+def test_resnet_graph_ops_conv_pool_batch_norm_against_onnxruntime():
+    model = load_model("resnet50", **SMALL["resnet50"])
+    data = record(model).model.SerializeToString()
+    inputs = model.sample_inputs(2, seed=EVAL_SEED)
+    got = Interpreter(data).run(inputs, Ops())
+    expected = session(data).run(None, inputs)[0]
+    assert relative_error(got["logits"], expected) <= 1e-5
+
+
+# -- refusals ------------------------------------------------------------------------------------------------------
+def tiny(op="Relu", domain="", opset=20, **kwargs):
+    node = helper.make_node(op, ["x"], ["y"], name="the_node", domain=domain)
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, opset_imports=opsets, ir_version=9, **kwargs)
+
+
+@pytest.mark.parametrize("case, says", [
+    ("not-onnx", ["is not an ONNX model"]),
+    ("checker", ["fails onnx.checker"]),
+    ("old-opset", ["opset 13", f"opset {MIN_OPSET} or later"]),
+    ("unsupported-op", ["node 'the_node' (Cos)", "operator Cos is not supported", "MatMul", "LayerNormalization"]),
+    ("lone-erf", ["node 'the_node' (Erf)", "only inside the exact GELU sub-graph"]),
+    ("custom-domain", ["custom domain 'com.example'"]),
+    ("float16", ["FLOAT16", "FP32 graphs"]),
+    ("function", ["model-local functions"]),
+])
+def test_bad_graphs_are_refused_with_the_reason(case, says, tmp_path):
+    if case == "not-onnx":
+        graph = b"\x00\x01 not a protobuf at all \xff" * 8
+    elif case == "checker":
+        model = tiny()
+        model.graph.node[0].input[0] = "undefined"
+        graph = model.SerializeToString()
+    elif case == "old-opset":
+        graph = tiny(opset=13).SerializeToString()
+    elif case == "unsupported-op":
+        graph = tiny("Cos").SerializeToString()
+    elif case == "lone-erf":
+        graph = tiny("Erf").SerializeToString()
+    elif case == "custom-domain":
+        graph = tiny("MyOp", domain="com.example").SerializeToString()
+    elif case == "float16":
+        node = helper.make_node("Add", ["x", "b"], ["y"], name="add")
+        graph = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])],
+                           [const("b", np.float16([1, 2]))]).SerializeToString()
+    else:
+        function = helper.make_function("local", "Twice", ["a"], ["b"], [helper.make_node("Add", ["a", "a"], ["b"])],
+                                        [helper.make_opsetid("", 20)])
+        model = tiny("Twice", domain="local", functions=[function])
+        graph = model.SerializeToString()
+    with pytest.raises(InterpreterError) as refused:
+        Interpreter(graph)
+    assert all(text in str(refused.value) for text in says), str(refused.value)
+
+
+def test_unsupported_operator_message_lists_every_supported_operator():
+    with pytest.raises(InterpreterError) as refused:
+        Interpreter(tiny("Cos").SerializeToString())
+    assert all(op in str(refused.value) for op in SUPPORTED)
+
+
+def external_graph(tmp_path):
+    big = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="layer")
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [const("w", big)])
+    onnx.save_model(model, tmp_path / "g.onnx", save_as_external_data=True, location="g.onnx.data",
+                    size_threshold=0)
+    return tmp_path / "g.onnx", big
+
+
+def test_external_data_beside_the_graph_is_read(tmp_path):
+    path, big = external_graph(tmp_path)
+    x = np.ones((1, 64), np.float32)
+    np.testing.assert_array_equal(Interpreter(path).run({"x": x}, Ops())["y"], x @ big)
+
+
+def test_missing_or_escaping_external_data_is_refused(tmp_path):
+    path, _ = external_graph(tmp_path)
+    (tmp_path / "g.onnx.data").unlink()
+    with pytest.raises(InterpreterError, match="external data file .* is missing"):
+        Interpreter(path)
+    model = onnx.load(str(path), load_external_data=False)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = "../outside.data"
+    (tmp_path / "sub").mkdir()
+    onnx.save_model(model, tmp_path / "sub" / "g.onnx")
+    with pytest.raises(InterpreterError, match="lies outside the graph's folder"):
+        Interpreter(tmp_path / "sub" / "g.onnx")
+
+
+def test_inputs_that_do_not_fit_the_graph_are_named():
+    model = load_model("widedeep", **SMALL["widedeep"])
+    interpreter = Interpreter(record(model).model.SerializeToString())
+    with pytest.raises(InterpreterError, match="numeric_features"):
+        interpreter.run({}, Ops())
+    inputs = model.sample_inputs(2)
+    wrong = {**inputs, "numeric_features": inputs["numeric_features"][:, :-1]}
+    with pytest.raises(InterpreterError, match=r"input 'numeric_features' is float32 of shape \(2, 4\); the graph "
+                                               r"takes float32 of shape \(batch, 5\)"):
+        interpreter.run(wrong, Ops())
+    with pytest.raises(InterpreterError, match="input 'numeric_features' is float64"):
+        interpreter.run({**inputs, "numeric_features": inputs["numeric_features"].astype(np.float64)}, Ops())
+
+
+def test_shapes_that_do_not_fit_name_the_node():
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="the_reshape")
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [const("shape", np.int64([2, 3]))])
+    with pytest.raises(InterpreterError, match=r"node 'the_reshape' \(Reshape\) on inputs of shapes \(5,\), \(2,\)"):
+        Interpreter(model.SerializeToString()).run({"x": np.zeros(5, np.float32)}, Ops())
