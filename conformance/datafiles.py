@@ -3,7 +3,7 @@ refused, strict types, so that TOML's ``true`` is not the number 1, numbers fini
 ``ValidationError`` into one :class:`DataFileError` that names the file, the line, the dotted key and what was expected.
 
 Before any schema sees it, :func:`read_toml` reads a file bounded (a regular file of at most
-:data:`conformance.fileio.TOML_LIMIT` bytes, UTF-8) and refuses numbers no figure of the suite's files can be: ``inf``
+:data:`boundedio.TOML_LIMIT` bytes, UTF-8) and refuses numbers no figure of the suite's files can be: ``inf``
 and ``nan``, integers beyond TOML's 64-bit range, and floats beyond :data:`FLOAT_MAGNITUDE` or nearer to zero than its
 inverse (products and quotients of a few such figures overflow or divide by zero).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
 
-from conformance.fileio import TOML_LIMIT, InputFileError, out_of_range_numbers, parse_toml, read_text
+from boundedio import TOML_LIMIT, InputFileError, out_of_range_numbers, parse_toml, read_text
 
 MAX_LISTED = 8  # problems listed in one message; the rest are counted
 FLOAT_MAGNITUDE = 1e15  # no float of the suite's data files is larger, or nearer to zero than 1 / FLOAT_MAGNITUDE

@@ -12,7 +12,7 @@ from conformance.datasets.user import UserInputError, load_cases
 from conformance.perf.interrupts import terminate_as_interrupt
 from conformance.report.session import ReportSession
 from conformance.settings import OPTIONS, SettingsError, settle
-from conformance.settings.checks import check_runnable
+from conformance.settings.checks import check_engine, check_runnable
 from conformance.settings.session import SETTINGS_KEY, USER_CASES_KEY, header_lines, run_settings, user_cases
 from conformance.targets import DataFileError
 
@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _configure(config: pytest.Config) -> None:
     settings = settle(config.getoption)
+    check_engine(settings, config.getoption("numprocesses", None))  # pytest-xdist's -n, when it is installed
     check_runnable(settings)
     # the user's checkpoints and data are read and checked before any test runs
     cases = load_cases(settings.models, settings.checkpoints, settings.datasets, settings.samples,

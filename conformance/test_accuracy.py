@@ -26,7 +26,7 @@ from conformance.accuracy.evaluation import (
     wants_probe,
     worst_samples,
 )
-from conformance.datasets.cache import OutputCache, default_directory
+from conformance.datasets.cache import OutputCache
 from conformance.distributed import BatchStore, make_engine
 from conformance.fileio import write_bytes_atomic
 from conformance.settings.session import run_settings
@@ -64,8 +64,9 @@ class AccuracyRuns:
     model's synthetic samples) and its FP32 outputs from the FP32 model, cached on disk; the others use the stored
     references."""
 
-    def __init__(self, settings, backend, model_store, user_cases, config):
+    def __init__(self, settings, backend, model_store, user_cases, config, progress=None):
         self.settings = settings
+        self.progress = progress  # progress(line): a line on the terminal while a long run computes
         self.backend = backend
         self.model_store = model_store
         self.user_cases = user_cases
@@ -81,10 +82,16 @@ class AccuracyRuns:
         processes or on the ``cluster`` at an address, keeping every computed batch in the cache directory so that an
         interrupted run resumes (:mod:`conformance.distributed`)."""
         if self._engine is None:
-            workers, cluster = getattr(self.settings, "workers", None), getattr(self.settings, "cluster", None)
+            workers, cluster = self.settings.workers, self.settings.cluster
             distributed = workers is not None or cluster is not None
-            self._engine = make_engine(workers, cluster, BatchStore(self.settings.cache_dir or default_directory())
-                                       if distributed else None)
+            # the settings made the cache directory (writable) for a distributed run
+            self._engine = make_engine(workers, cluster, BatchStore(self.settings.cache_dir) if distributed else None)
+            if distributed and self.progress is not None:
+                dashboard = self._engine.dashboard
+                self.progress(f"accuracy batches run on {self._engine.where} ({self._engine.workers} workers, batches "
+                              f"kept in {self._engine.store.directory}); "
+                              + (f"dashboard: {dashboard}" if dashboard else "no dashboard (it needs bokeh where the "
+                                 "scheduler runs)"))
         return self._engine
 
     def close(self) -> None:
@@ -148,7 +155,7 @@ class AccuracyRuns:
                                             batch_size=self.batch_size(name))
             calibrated = time.perf_counter()
             run = run_on_engine(self.engine(), f"{name}-{precision}", model, prepared, inputs, self.batch_size(name),
-                                probe=probe)
+                                probe=probe, progress=self.progress)
             self._runs[key] = {
                 "outputs": run.outputs,
                 "local_errors": run.local_errors,
@@ -162,8 +169,8 @@ class AccuracyRuns:
 
 
 @pytest.fixture(scope="session")
-def accuracy_runs(settings, backend, model_store, user_cases, pytestconfig):
-    runs = AccuracyRuns(settings, backend, model_store, user_cases, pytestconfig)
+def accuracy_runs(settings, backend, model_store, user_cases, pytestconfig, progress):
+    runs = AccuracyRuns(settings, backend, model_store, user_cases, pytestconfig, progress)
     yield runs
     runs.close()
 
@@ -220,7 +227,7 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
         _write_artifacts(settings, name, precision, ref, hw)
 
     common = {"samples": count, "calibration_s": round(run["calibration_s"], 3), "run_s": round(run["run_s"], 3),
-              "tensor_metrics": current.tensor, **probe_details}
+              "tensor_metrics": current.tensor, "engine": run["engine"], **probe_details}
     common.update(run["details"])
     if name in user_cases:
         common["judged"] = {**user_cases[name].judged(), "fp32_outputs_cached": accuracy_runs.cached.get(name)}

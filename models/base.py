@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from conformance.fileio import GIB, JSON_CONFIG_LIMIT, load_json, parse_json, regular_file
+from boundedio import GIB, JSON_CONFIG_LIMIT, load_json, parse_json, regular_file
 from models.ops import FP32, Ops
 
 
@@ -369,7 +369,7 @@ class CheckpointTensors(Mapping):
 def read_checkpoint(directory) -> tuple[dict[str, Any], CheckpointTensors]:
     """``config.json`` and the header of ``model.safetensors`` of a transformers ``save_pretrained`` directory (never
     unpickles): both regular files (a FIFO or device is refused before it is opened), config.json a JSON object of at
-    most :data:`conformance.fileio.JSON_CONFIG_LIMIT` bytes, UTF-8, with finite numbers of sensible length."""
+    most :data:`boundedio.JSON_CONFIG_LIMIT` bytes, UTF-8, with finite numbers of sensible length."""
     path = Path(directory)
     if not path.is_dir():
         what = "does not exist" if not path.exists() else "is not a directory"

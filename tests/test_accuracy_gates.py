@@ -4,6 +4,7 @@ line, non-finite outputs are a failed gate (never a crash), and the test matrix 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from conformance.accuracy.evaluation import compute_metrics, evaluate
 from conformance.hardware import get_backend
 from conformance.hardware.ipu.ops import IpuOps
 from conformance.targets import accuracy as accuracy_targets
+from conformance.targets.bounds import MIN_RATIO
 from models import load_model, run_batched
 from models.seeds import EVAL_SEED
 
@@ -121,7 +123,10 @@ def test_shipped_targets_cover_every_model_and_precision_of_ipu():
     ('[ipu.bert-base.fp8]\nsnr_db = { min = -1000.0 }\n', r"x.toml:2: snr_db.min = -1000.0 is outside \(0, 300\]"),
     ('[ipu.bert-base.fp8]\ncosine = { min = -5 }\n', r"x.toml:2: cosine.min = -5 is outside \(-1, 1\]"),
     ('[ipu.bert-base.fp8]\ncosine = { max = 0.9 }\n', r"x.toml:2: cosine takes a min bound"),
-    ('[ipu.bert-base.fp8]\nf1 = { of = "fp32", ratio = 1.2 }\n', r"x.toml:2: f1.ratio = 1.2 is outside \(0, 1\]"),
+    ('[ipu.bert-base.fp8]\nf1 = { of = "fp32", ratio = 1.2 }\n',
+     re.escape(f"x.toml:2: f1.ratio = 1.2 is outside [{MIN_RATIO:g}, 1]")),
+    (f'[ipu.bert-base.fp8]\nf1 = {{ of = "fp32", ratio = {MIN_RATIO / 2!r} }}\n',
+     re.escape(f"x.toml:2: f1.ratio = {MIN_RATIO / 2!r} is outside [{MIN_RATIO:g}, 1]")),
     ('[ipu.bert-base.fp8]\nf1 = { of = "fp32", ratio = 0.99, tier = 0 }\n', r"x.toml:2: f1.tier = 0 is outside"),
     ('[ipu.bert-base.fp8]\nf1 = { of = "fp32", ratio = true }\n', r"x.toml:2: f1.ratio = True is not a number"),
     ('[ipu.bert-base.fp8]\nf1 = { min = nan }\n', r"x.toml:2: f1.min = nan is not a number"),

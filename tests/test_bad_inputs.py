@@ -544,7 +544,7 @@ CASES += [
     Bad("xfail-file-fifo", args=("--xfail-file", "{tmp}/x.txt"), setup=_fifo("x.txt"),
         says=("--xfail-file", "x.txt", "not a regular file")),
     Bad("xfail-file-not-utf8", args=("--xfail-file", "{tmp}/x.txt"), setup=_file("x.txt", NOT_UTF8),
-        says=("--xfail-file", "x.txt", "utf-8")),
+        says=("--xfail-file", "x.txt:2", "not UTF-8")),
     Bad("user-dataset-dev-zero", args=("--dataset", "widedeep=/dev/zero"),
         says=("--dataset widedeep=/dev/zero", "a character device")),
     Bad("user-calibration-fifo", args=("--calibration", "widedeep={tmp}/rows.tsv"), setup=_fifo("rows.tsv"),

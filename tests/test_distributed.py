@@ -3,12 +3,16 @@ results, an interrupted run resumes from its stored batches, and a bad cluster i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,13 +24,16 @@ from conformance.distributed import (
     BatchStore,
     DaskEngine,
     Engine,
+    Batch,
     EngineError,
     Job,
+    Progress,
     check_address,
     fingerprint,
     make_engine,
 )
 from conformance.distributed import cluster as cluster_module
+from conformance.distributed import engine as engine_module
 from conformance.hardware import get_backend
 from conformance.targets.profiles import load_profiles
 from conformance.test_accuracy import AccuracyRuns
@@ -34,6 +41,9 @@ from models import MODEL_NAMES, load_model
 from models.seeds import WEIGHT_SEED
 
 SMOKE = load_profiles()["smoke"]
+REPO = Path(__file__).resolve().parents[1]
+# what an accuracy record's details say about the host, not the figure: its timings and the engine's stats
+HOST_FACTS = ("calibration_s", "run_s", "op_checks_s", "engine")
 
 
 def _case(name: str, precision: str, count: int | None = None, batch: int | None = None):
@@ -71,6 +81,17 @@ def test_the_serial_engine_is_the_default_and_the_options_are_checked():
             make_engine(workers=bad)
 
 
+def test_a_serial_run_never_imports_dask():
+    """The plugin, the accuracy tests, the settings of a run without --workers and --cluster and their checks."""
+    code = ("import sys; from conformance import plugin, test_accuracy; from conformance.settings import settle, "
+            "checks; from tests.test_settings import _parser; run = settle(vars(_parser().parse_args([]))); "
+            "checks.check_engine(run); test_accuracy.AccuracyRuns(run, None, None, {}, None).engine(); "
+            "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("address", ["", "localhost", "tcp://", "http://host:80", "host:0", "host:70000", "a b:1"])
 def test_a_malformed_cluster_address_is_refused(address):
     with pytest.raises(EngineError, match=r"not a Dask scheduler address; expected \[tcp://\]HOST:PORT"):
@@ -93,7 +114,7 @@ def test_a_cluster_that_does_not_answer_is_a_clear_error():
 
 
 def test_the_accuracy_runs_take_their_engine_from_the_settings(tmp_path):
-    serial = AccuracyRuns(SimpleNamespace(cache_dir=tmp_path), None, None, {}, None)
+    serial = AccuracyRuns(SimpleNamespace(cache_dir=None, workers=None, cluster=None), None, None, {}, None)
     assert type(serial.engine()) is Engine and serial.engine().store is None  # as without the engine: nothing stored
     runs = AccuracyRuns(SimpleNamespace(cache_dir=tmp_path, workers=1, cluster=None), None, None, {}, None)
     try:
@@ -235,3 +256,81 @@ def test_an_interrupted_run_resumes_and_recomputes_nothing_it_has(tmp_path, work
     assert on_workers.stats.computed == 0 and on_workers.stats.stored == len(batches)
     _same(run_on_engine(Engine(), "widedeep-fp8", model, prepared, inputs, batch, probe=True), resumed)
     _same(resumed, on_workers)
+
+
+# -- progress ---------------------------------------------------------------------------------------------------------
+def test_progress_says_batches_samples_rate_and_time_left_at_most_every_interval():
+    now = [100.0]
+    lines: list[str] = []
+    batches = [Batch(0, 2), Batch(2, 10), Batch(10, 18), Batch(18, 26), Batch(26, 30)]
+    progress = Progress(lines.append, "widedeep-fp8", batches, interval_s=5, clock=lambda: now[0])
+    progress.stored(batches[0])  # read from the store: done, but no part of the rate
+    now[0] = 102.0
+    progress.computed(batches[1])
+    assert lines == []  # within the interval
+    now[0] = 105.0
+    progress.computed(batches[2])
+    assert lines == ["widedeep-fp8: 3/5 batches, 18/30 samples, 3.2 samples/s, about 4 s left"]
+    now[0] = 107.0
+    progress.computed(batches[3])
+    assert len(lines) == 1
+    now[0] = 1000.0
+    progress.computed(batches[4])  # the last batch: the test says the verdict
+    assert len(lines) == 1
+
+
+def test_the_engine_reports_progress_through_a_run(monkeypatch):
+    model, prepared, inputs, _ = _case("widedeep", "fp16", count=512)
+    batches = hardware_batches(inputs, 64, False)
+    job = Job("widedeep-fp16", HardwareWork(model, prepared), hardware_batch, "")
+    lines: list[str] = []
+    Engine().run(job, inputs, batches, progress=lines.append)
+    assert lines == []  # the interval is longer than this run
+    monkeypatch.setattr(engine_module, "PROGRESS_INTERVAL_S", 0.0)
+    Engine().run(job, inputs, batches, progress=lines.append)  # a line after every batch but the last
+    assert len(lines) == len(batches) - 1 >= 2
+    assert lines[-1].startswith(f"widedeep-fp16: {len(batches) - 1}/{len(batches)} batches, "
+                                f"{batches[-1].start}/512 samples, ")
+    assert lines[-1].endswith(" s left") and "samples/s" in lines[-1]
+
+
+# -- the main job -----------------------------------------------------------------------------------------------------
+def _main_job(tmp_path: Path, name: str, *options: str) -> dict:
+    """``pytest conformance/`` (the accuracy tests of widedeep at fp16 and fp8, ipu smoke) in a subprocess: its
+    accuracy records by id, and its output."""
+    report = tmp_path / name
+    command = [sys.executable, "-m", "pytest", "conformance/", "-k", "test_accuracy", "--hardware", "ipu", "--profile",
+               "smoke", "--model", "widedeep", "--precision", "fp16,fp8", "--report-dir", str(report), "-q",
+               "-p", "no:cacheprovider", *options]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = json.loads((report / "results.json").read_text())["records"]
+    return {"records": {r["id"]: r for r in records if r["kind"] == "accuracy"}, "output": done.stdout}
+
+
+def _figures(record: dict) -> dict:
+    """A record without the host's facts (timings, the engine's stats)."""
+    details = {k: v for k, v in record["details"].items() if k not in HOST_FACTS}
+    return {**{k: v for k, v in record.items() if k != "details"}, "details": details}
+
+
+def test_the_main_job_on_workers_and_on_a_cluster_gives_the_serial_records(tmp_path, workers):
+    """``--workers 2`` gives the records of a serial run (values, targets, verdicts, details but host facts), computing
+    every batch and keeping it; a second run with ``--cluster`` on the same cache directory reads every batch."""
+    cache = str(tmp_path / "cache")
+    serial = _main_job(tmp_path, "serial")
+    spread = _main_job(tmp_path, "workers", "--workers", "2", "--cache-dir", cache)
+    again = _main_job(tmp_path, "cluster", "--cluster", workers.client.scheduler.address, "--cache-dir", cache)
+    assert serial["records"] and sorted(serial["records"]) == sorted(spread["records"]) == sorted(again["records"])
+    for key, record in serial["records"].items():
+        assert _figures(spread["records"][key]) == _figures(record) == _figures(again["records"][key]), key
+        assert record["details"]["engine"]["engine"] == "serial"
+        first, second = spread["records"][key]["details"]["engine"], again["records"][key]["details"]["engine"]
+        assert (first["engine"], first["workers"], first["from_store"]) == ("dask", 2, 0)
+        assert first["computed"] == first["batches"] == second["from_store"] == second["batches"] >= 2
+        assert second["computed"] == 0 and second["lost_workers"] == []
+    stored = list((tmp_path / "cache" / "batches").rglob("*.npz"))
+    assert len(stored) == sum(r["details"]["engine"]["batches"] for r in
+                              {(r["model"], r["precision"]): r for r in spread["records"].values()}.values())
+    assert "accuracy batches run on the local cluster (2 workers" in spread["output"]
+    assert f"accuracy batches run on the cluster at {workers.client.scheduler.address} (2 workers" in again["output"]

@@ -3,8 +3,11 @@ option (or environment variable) and the value, and no test body runs."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
+from conformance.distributed import cluster, make_engine
 from models import MODEL_NAMES
 
 SUITE = """
@@ -42,7 +45,7 @@ BAD_OPTIONS = [
     ("xfail-file-missing", ["--xfail-file", "missing.txt"], {}, "*--xfail-file missing.txt: no such file*"),
     ("xfail-file-directory", ["--xfail-file", "xfails-dir"], {},
      "*--xfail-file xfails-dir: a directory; expected a known-failures file*"),
-    ("xfail-file-unreadable", ["--xfail-file", "binary.txt"], {}, "*--xfail-file binary.txt: cannot read it (*utf-8*"),
+    ("xfail-file-unreadable", ["--xfail-file", "binary.txt"], {}, "*--xfail-file binary.txt:1: not UTF-8 text*"),
     ("threads-zero", [], {"CONFORMANCE_THREADS": "0"},
      "*environment variable CONFORMANCE_THREADS='0' is not a positive integer*"),
     ("threads-word", [], {"CONFORMANCE_THREADS": "two"},
@@ -63,6 +66,18 @@ BAD_OPTIONS = [
     ("report-dir-empty", ["--report-dir", ""], {}, "*argument --report-dir: '' is not a path (empty)*"),
     ("precision-empty", ["--precision", ","], {}, "*argument --precision: ',' has an empty precision name*"),
     ("device-unknown", ["--device", "h100"], {}, "*--device h100: hardware 'cpu' has no simulated chips*"),
+    ("workers-zero", ["--workers", "0"], {}, "*argument --workers: '0': expected the number of local worker processes*"),
+    ("workers-word", ["--workers", "all"], {}, "*argument --workers: 'all': expected the number of local worker*"),
+    ("workers-huge", ["--workers", "100000"], {}, "*argument --workers: '100000'*from 1 to 256, got 100,000*"),
+    ("cluster-malformed", ["--cluster", "scheduler"], {},
+     "*argument --cluster: 'scheduler': not a Dask scheduler address; expected [[]tcp://[]]HOST:PORT*"),
+    ("workers-and-cluster", ["--workers", "2", "--cluster", "127.0.0.1:8786"], {},
+     "*--workers 2 and --cluster tcp://127.0.0.1:8786: give one of them*"),
+    ("workers-and-xdist", ["--workers", "2", "-n", "2"], {}, "*--workers 2 and pytest-xdist's -n 2: give one of them*"),
+    ("cluster-and-xdist", ["--cluster", "127.0.0.1:8786", "-n", "2"], {},
+     "*--cluster tcp://127.0.0.1:8786 and pytest-xdist's -n 2: give one of them*"),
+    ("workers-cache-dir-file", ["--workers", "2", "--cache-dir", "binary.txt"], {},
+     "*--cache-dir: cache directory *binary.txt* is not a directory*"),
 ]
 
 
@@ -73,6 +88,28 @@ def test_bad_option_is_usage_error_before_any_test(suite, monkeypatch, args, env
     result = suite.runpytest(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+    assert not (suite.path / "ran").exists()
+
+
+def test_a_cluster_that_does_not_answer_is_a_usage_error_before_any_test(suite, monkeypatch):
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = suite.runpytest("--cluster", f"127.0.0.1:{port}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--cluster tcp://127.0.0.1:{port}: no Dask scheduler answered within 1 s*"])
+    assert not (suite.path / "ran").exists()
+
+
+def test_a_cluster_whose_workers_run_other_sources_is_a_usage_error_before_any_test(suite, monkeypatch):
+    with make_engine(workers=1) as local:
+        address = local.client.scheduler.address
+        monkeypatch.setattr(cluster, "suite_version", lambda: "0" * 64)  # this process's sources, as seen by the check
+        result = suite.runpytest("--cluster", address)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*1 of 1 workers of the cluster at {address} run other suite sources than this "
+                                 "process (version 000000000000)*install this version of the suite on them*"])
     assert not (suite.path / "ran").exists()
 
 

@@ -17,7 +17,8 @@ from conformance.hardware import hardware_names
 from conformance.numerics.compiled import KERNELS_VARIABLE
 from conformance.datasets.cache import CACHE_VARIABLE
 from conformance.settings import ENVIRONMENT, OPTIONS, RunSettings, SettingsError, settle
-from conformance.settings.options import MAX_SHARDS, THREADS_VARIABLE
+from conformance.settings.checks import check_engine
+from conformance.settings.options import MAX_SHARDS, MAX_WORKERS, THREADS_VARIABLE
 from conformance.targets.bounds import MAX_SAMPLES
 from models import MODEL_NAMES
 
@@ -87,6 +88,8 @@ def test_the_run_has_one_backend_made_on_its_chip_and_kept_by_copies():
     (["--checkpoint", "widedeep=a", "--checkpoint", "widedeep=b"], "--checkpoint widedeep=... given more than once"),
     (["--xfail-file", "none.txt"], "--xfail-file none.txt: no such file"),
     (["--xfail-file", "."], "--xfail-file .: a directory"),
+    (["--workers", "2", "--cluster", "10.0.0.5:8786"],
+     "--workers 2 and --cluster tcp://10.0.0.5:8786: give one of them (local workers, or a running cluster's"),
 ])
 def test_checks_name_the_option_and_what_is_expected(argv, says):
     with pytest.raises(SettingsError) as info:
@@ -113,6 +116,18 @@ def test_checks_name_the_option_and_what_is_expected(argv, says):
     (["--precision", "fp32,"], "argument --precision: 'fp32,' has an empty precision name"),
     (["--device", ""], "argument --device: '' is not a chip name"),
     (["--hardware", "tpu"], "argument --hardware: invalid choice: 'tpu'"),
+    (["--workers", "0"], "argument --workers: '0': expected the number of local worker processes (expected an integer "
+                         f"from 1 to {MAX_WORKERS}, got 0)"),
+    (["--workers", str(MAX_WORKERS + 1)], f"from 1 to {MAX_WORKERS}, got {MAX_WORKERS + 1}"),
+    (["--workers", "two"], "argument --workers: 'two': expected the number of local worker processes (expected an "
+                           "integer written in digits"),
+    (["--workers", "1.5"], "argument --workers: '1.5'"),
+    (["--workers", "-2"], "argument --workers: '-2'"),
+    (["--workers", "9" * 5000], "argument --workers: '9999"),
+    (["--cluster", "localhost"], "argument --cluster: 'localhost': not a Dask scheduler address; expected "
+                                 "[tcp://]HOST:PORT"),
+    (["--cluster", "http://host:80"], "argument --cluster: 'http://host:80': not a Dask scheduler address"),
+    (["--cluster", "host:70000"], "argument --cluster: 'host:70000': not a Dask scheduler address"),
 ])
 def test_values_that_cannot_be_read_are_usage_errors_naming_the_option(argv, says, capsys):
     with pytest.raises(SystemExit) as exited:
@@ -141,6 +156,29 @@ def test_the_cache_directory_is_made_only_for_a_users_case(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(SettingsError, match="--cache-dir: cache directory .* is not a directory"):
         _settle("--dataset", f"widedeep={tmp_path}", "--cache-dir", str(tmp_path / "file"))
+
+
+def test_the_engine_options_settle_and_keep_their_batches_in_a_writable_cache_directory(tmp_path):
+    run = _settle("--workers", " 3 ", "--cache-dir", str(tmp_path / "c"))
+    assert (run.workers, run.cluster, run.cache_dir) == (3, None, tmp_path / "c") and (tmp_path / "c").is_dir()
+    run = _settle("--cluster", "node-3.cluster:8786")
+    assert (run.workers, run.cluster) == (None, "tcp://node-3.cluster:8786")
+    assert run.cache_dir == tmp_path / "cache"  # the default directory (the variable the fixture set), made
+    assert _settle().workers is None and _settle().cluster is None
+    (tmp_path / "file").write_text("")
+    for engine in (["--workers", "2"], ["--cluster", "10.0.0.5:8786"]):
+        with pytest.raises(SettingsError, match="--cache-dir: cache directory .* is not a directory"):
+            _settle(*engine, "--cache-dir", str(tmp_path / "file"))
+
+
+@pytest.mark.parametrize("processes", [2, "auto"])
+def test_the_engine_options_refuse_pytest_xdist(processes):
+    """Each -n process would start workers of its own: refused, naming both; -n 0 (no xdist processes) and a run
+    without the engine options are fine."""
+    with pytest.raises(SettingsError, match=rf"--workers 2 and pytest-xdist's -n {processes}: give one of them"):
+        check_engine(_settle("--workers", "2"), processes)
+    check_engine(_settle("--workers", "2"), 0)
+    check_engine(_settle(), processes)
 
 
 # -- any command line: a settings object, or a usage error ------------------------------------------------------------
@@ -188,3 +226,4 @@ def test_any_command_line_settles_or_is_a_usage_error(arguments, environment, mo
     assert run.hardware in hardware_names() and run.backend.name == run.hardware
     assert set(run.precisions) <= set(run.backend.precisions) and all(0 < n <= MAX_SAMPLES for n in run.samples.values())
     assert run.shard is None or 1 <= run.shard.index <= run.shard.count <= MAX_SHARDS
+    assert run.workers is None or (1 <= run.workers <= MAX_WORKERS and run.cluster is None and run.cache_dir)

@@ -203,14 +203,15 @@ def merge_details(parts: list[dict], where: str = "details") -> dict:
 
 
 def run_on_engine(engine: Engine, name: str, model, prepared, inputs: dict, batch_size: int, *,
-                  probe: bool) -> HardwareRun:
+                  probe: bool, progress: Callable[[str], None] | None = None) -> HardwareRun:
     """:func:`run_hardware` with ``prepared``'s ops, its batches run as tasks of ``engine`` (the model and prepared
     ops sent to each worker once; batches the engine's store has are read, not computed), assembled in batch order.
-    ``name`` names the run (model and precision) in the store and in messages."""
+    ``name`` names the run (model and precision) in the store and in messages; ``progress`` takes the run's
+    progress lines (:class:`conformance.distributed.Progress`)."""
     work = HardwareWork(model, prepared)
     identity = fingerprint((model, prepared)) if engine.store is not None else ""
     results, stats = engine.run(Job(name, work, hardware_batch, identity), inputs,
-                                hardware_batches(inputs, batch_size, probe))
+                                hardware_batches(inputs, batch_size, probe), progress)
     outputs = {k: np.concatenate([r[0][k] for r in results]) for k in results[0][0]}
     local = [tuple(e) for e in results[0][1]["local_errors"]] if probe else None
     return HardwareRun(outputs, local, merge_details([r[1]["details"] for r in results]), stats)

@@ -25,20 +25,9 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, StringConstraints
 
+from boundedio import JSON_CONFIG_LIMIT, MIB, InputFileError, load_json, read_bytes
 from conformance.datafiles import DataFileError, Schema, validate
-from conformance.fileio import (
-    JSON_CONFIG_LIMIT,
-    MIB,
-    InputFileError,
-    array_json,
-    json_array,
-    load_json,
-    read_bytes,
-    read_npz,
-    sha256_arrays,
-    write_bytes_atomic,
-    write_text_atomic,
-)
+from conformance.fileio import array_json, json_array, read_npz, sha256_arrays, write_bytes_atomic, write_text_atomic
 from conformance.targets.profiles import reference_samples
 from models import MODEL_NAMES, load_model, run_batched
 from models.seeds import EVAL_SEED, WEIGHT_SEED

@@ -10,11 +10,11 @@ import argparse
 import json
 import sys
 
+from boundedio import GIB
 from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE, DEVICE_NAMES
 from conformance.hardware.ipu.timing.cost import default_execution
 from conformance.hardware.ipu.timing.predict import memory_estimate, predict
 from models import canonical_name, host_bytes
-from conformance.fileio import GIB
 from models.base import check_memory
 
 MAX_BATCH = 1 << 24  # samples (or packs) per batch: far beyond any device batch, and an exact float

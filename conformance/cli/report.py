@@ -20,7 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance.fileio import read_text, write_text_atomic
+from boundedio import read_text
+from conformance.fileio import write_text_atomic
 from conformance.report import baseline, compare, render, verify
 from conformance.report import record as results_record
 from conformance.report.merge import MergeError, merge
@@ -112,7 +113,7 @@ def validate(path: Path) -> int:
     try:  # bounded: a regular file of at most RESULTS_LIMIT bytes, UTF-8
         text = read_text(path, "a results.json", results_record.RESULTS_LIMIT, results_record.ResultsError)
     except results_record.ResultsError as exc:
-        return _error(f"validate: cannot read it: {exc}", EXIT_USAGE)
+        return _error(f"validate {path}: cannot read it ({str(exc).removeprefix(f'{path}: ')})", EXIT_USAGE)
     try:
         data = results_record.validate(results_record.parse(text, path), source=str(path))
     except results_record.ResultsError as exc:

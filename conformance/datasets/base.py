@@ -11,9 +11,9 @@ A format module exposes ``load(path, model, checkpoint=None, limit=None) -> Eval
   order; None for all of them.
 
 Anything malformed is a :class:`DatasetError` naming the file (and line or entry) and what was expected, raised before
-any model runs. Every reader is bounded (``conformance.fileio``): a special file (FIFO, device) is refused before it is
-opened, each kind of file has a size limit, nothing is read or decompressed beyond the ``limit`` units asked for, and
-the model inputs of a set are checked against :func:`input_budget` before they are allocated.
+any model runs. Every reader is bounded (``boundedio``, ``conformance.fileio``): a special file (FIFO, device) is
+refused before it is opened, each kind of file has a size limit, nothing is read or decompressed beyond the ``limit``
+units asked for, and the model inputs of a set are checked against :func:`input_budget` before they are allocated.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from boundedio import GIB, MIB, open_regular
 from conformance.accuracy.metrics import TaskMetric
-from conformance.fileio import GIB, MIB, open_regular
 from models.base import MEMORY_SHARE, available_memory
 
 # Bounds of what the data readers take, so that no file, however crafted, makes them block or exhaust memory: a whole

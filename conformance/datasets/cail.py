@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from boundedio import GIB, MIB, decode_text, iter_lines, open_regular, parse_json
 from conformance.accuracy.metrics import MetricError, mean_metric, similarity_score
 from conformance.datasets.base import DatasetError, EvaluationSet, check_input_size, expect_file, sha256_files
 from conformance.datasets.tokenizer import TextTokenizer, load_tokenizer
-from conformance.fileio import GIB, MIB, decode_text, iter_lines, open_regular, parse_json
 
 FORMAT = "cail2019-scm"
 TEXT_KEYS = ("A", "B", "C")

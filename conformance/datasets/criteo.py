@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from boundedio import GIB, KIB, iter_lines, open_regular
 from conformance.accuracy.metrics import TaskMetric, click_probability, mean_metric, roc_auc
 from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, input_budget, sha256_files
-from conformance.fileio import GIB, KIB, iter_lines, open_regular
 
 NUM_INTEGER = 13
 NUM_CATEGORICAL = 26

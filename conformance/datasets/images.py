@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from boundedio import JSON_CONFIG_LIMIT, MIB, load_json, open_regular, read_text
 from conformance.accuracy.metrics import MetricError, mean_metric
 from conformance.datasets.base import (
     MAX_LIST_BYTES,
@@ -25,7 +26,6 @@ from conformance.datasets.base import (
     check_input_size,
     sha256_files,
 )
-from conformance.fileio import JSON_CONFIG_LIMIT, MIB, load_json, open_regular, read_text
 
 VAL_MAP = "val_map.txt"
 PREPROCESSOR_CONFIG = "preprocessor_config.json"

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from boundedio import load_json
 from conformance.accuracy.metrics import MAX_ANSWER_TOKENS, MetricError, mean_metric, squad_f1
 from conformance.datasets.base import (
     MAX_JSON_BYTES,
@@ -37,7 +38,6 @@ from conformance.datasets.base import (
     sha256_files,
 )
 from conformance.datasets.tokenizer import TextTokenizer, load_tokenizer
-from conformance.fileio import load_json
 
 FORMAT = "squad-v1.1"
 MAX_QUERY_LEN = 64  # question tokens kept (MLPerf's max_query_length)

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from boundedio import JSON_CONFIG_LIMIT, MIB, load_json, read_bytes
 from conformance.datasets.base import DatasetError
-from conformance.fileio import JSON_CONFIG_LIMIT, MIB, load_json, read_bytes
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 CONFIG_FILE = "tokenizer_config.json"

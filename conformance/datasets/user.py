@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from boundedio import JSON_CONFIG_LIMIT, InputFileError, load_json, open_regular
 from conformance.datasets import DatasetError, EvaluationSet, load_dataset
 from conformance.datasets.cache import OutputCache, entry_key
-from conformance.fileio import JSON_CONFIG_LIMIT, InputFileError, load_json, open_regular
 from models import CheckpointError, Model, load_model, model_module, run_batched
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 

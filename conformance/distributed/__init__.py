@@ -8,7 +8,8 @@ so a run on workers gives the same bits as a serial one. :func:`make_engine` bui
 settings (``workers``, ``cluster``).
 """
 
-from conformance.distributed.engine import Batch, Engine, EngineError, Job, RunStats
+from conformance.distributed.address import check_address
+from conformance.distributed.engine import Batch, Engine, EngineError, Job, Progress, RunStats
 from conformance.distributed.fingerprint import fingerprint, suite_version
 from conformance.distributed.store import BatchStore
 
@@ -29,11 +30,11 @@ def make_engine(workers: int | None = None, cluster: str | None = None, store: B
 
 def __getattr__(name: str):
     """The Dask engine's names, imported on first use (Dask takes most of a second to import)."""
-    if name in ("DaskEngine", "check_address"):
+    if name == "DaskEngine":
         from conformance.distributed import cluster
         return getattr(cluster, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Batch", "BatchStore", "DaskEngine", "Engine", "EngineError", "Job", "RunStats", "check_address",
+__all__ = ["Batch", "BatchStore", "DaskEngine", "Engine", "EngineError", "Job", "Progress", "RunStats", "check_address",
            "fingerprint", "make_engine", "suite_version"]

@@ -14,9 +14,9 @@ a worker that dies on the others (up to its ``allowed-failures``); the run then 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
-import re
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -25,24 +25,13 @@ import dask
 import threadpoolctl
 from distributed import Client, KilledWorker, LocalCluster, as_completed
 
+from conformance.distributed.address import check_address
 from conformance.distributed.engine import Engine, EngineError, Job, RunStats, timed_compute
 from conformance.distributed.fingerprint import suite_version
 from conformance.distributed.store import BatchStore
+from conformance.numerics.formats import THREADS_VARIABLE
 
 CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer
-THREADS_VARIABLE = "CONFORMANCE_THREADS"
-_ADDRESS = re.compile(r"^(?:(tcp|tls|ucx|inproc)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
-
-
-def check_address(address: str) -> str:
-    """``address`` as a scheduler address (``[tcp://]HOST:PORT``, ``tls://HOST:PORT``); an EngineError naming it
-    otherwise."""
-    match = _ADDRESS.match(str(address).strip())
-    if match is None or not 0 < int(match.group(3)) < 65536:
-        raise EngineError(f"--cluster {address!r}: not a Dask scheduler address; expected [tcp://]HOST:PORT, e.g. "
-                          "tcp://10.0.0.5:8786 (what `dask scheduler` prints)")
-    scheme = match.group(1) or "tcp"
-    return f"{scheme}://{match.group(2)}:{match.group(3)}"
 
 
 def blas_signature() -> dict[str, list]:
@@ -79,12 +68,18 @@ def worker_environment() -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": blas, "MKL_NUM_THREADS": blas}
 
 
+def has_dashboard() -> bool:
+    """Whether this process can serve Dask's dashboard (it needs bokeh, which the suite does not install)."""
+    return importlib.util.find_spec("bokeh") is not None
+
+
 class DaskEngine(Engine):
     kind = "dask"
 
     def __init__(self, workers: int | None = None, address: str | None = None, store: BatchStore | None = None,
-                 connect_timeout: float = CONNECT_TIMEOUT_S):
+                 connect_timeout: float | None = None):
         super().__init__(store)
+        connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
         self.address = check_address(address) if address is not None else None
         self._cluster = None
         if self.address is not None:
@@ -97,7 +92,8 @@ class DaskEngine(Engine):
         else:
             with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environment()}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                             dashboard_address=None, silence_logs=logging.ERROR)
+                                             dashboard_address=":0",  # a free port: never a clash
+                                             silence_logs=logging.ERROR)
             self.client = Client(self._cluster, set_as_default=False)
         try:
             try:
@@ -141,6 +137,16 @@ class DaskEngine(Engine):
     @property
     def workers(self) -> int:
         return len(self.client.scheduler_info().get("workers", {}))
+
+    @property
+    def dashboard(self) -> str | None:
+        """The scheduler's dashboard address: a cluster's when its scheduler serves one, the local cluster's when this
+        process can draw it (bokeh is installed); None otherwise."""
+        if "dashboard" not in self.client.scheduler_info().get("services", {}):
+            return None
+        if self.address is None and not has_dashboard():
+            return None
+        return self.client.dashboard_link
 
     def describe(self) -> dict:
         return {"engine": self.kind, "workers": self.workers, "address": self.address or "local"}

@@ -60,6 +60,54 @@ class RunStats:
                 "compute_s": round(self.compute_s, 3), "wall_s": round(self.wall_s, 3)}
 
 
+PROGRESS_INTERVAL_S = 5.0  # the least time between two progress lines of one run
+
+
+class Progress:
+    """Lines a person can follow while a run's batches are computed: batches and samples done (those read from the
+    store included), the samples computed per second since the run began, and the time left at that rate; at most one
+    line every ``interval_s``, none once every batch is done (the caller says the verdict)."""
+
+    def __init__(self, say: Callable[[str], None], name: str, batches: list[Batch],
+                 interval_s: float | None = None, clock: Callable[[], float] = time.monotonic):
+        self.say, self.name, self.clock = say, name, clock
+        self.interval_s = PROGRESS_INTERVAL_S if interval_s is None else interval_s
+        self.batches = len(batches)
+        self.samples = sum(b.stop - b.start for b in batches)
+        self.done_batches = self.done_samples = self.computed_samples = 0
+        self.start = self.last = clock()
+
+    def stored(self, batch: Batch) -> None:
+        self.done_batches += 1
+        self.done_samples += batch.stop - batch.start
+
+    def computed(self, batch: Batch) -> None:
+        self.done_batches += 1
+        self.done_samples += batch.stop - batch.start
+        self.computed_samples += batch.stop - batch.start
+        now = self.clock()
+        if now - self.last >= self.interval_s and self.done_batches < self.batches:
+            self.last = now
+            self.say(self.line(now))
+
+    def line(self, now: float) -> str:
+        rate = self.computed_samples / max(now - self.start, 1e-9)
+        left = (self.samples - self.done_samples) / rate if rate > 0 else float("inf")
+        shown = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+        return (f"{self.name}: {self.done_batches}/{self.batches} batches, {self.done_samples}/{self.samples} samples, "
+                f"{shown} samples/s, about {_duration(left)} left")
+
+
+def _duration(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "an unknown time"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def canonical(extras: dict) -> dict:
     """``extras`` as the store gives it back (a JSON round trip: tuples become lists), so that a computed batch and a
     stored one are alike."""
@@ -90,15 +138,27 @@ class Engine:
     def workers(self) -> int:
         return 1
 
+    @property
+    def where(self) -> str:
+        return "this process"
+
+    @property
+    def dashboard(self) -> str | None:
+        """The address of a page that shows the engine's work (None when there is none)."""
+        return None
+
     def describe(self) -> dict:
         return {"engine": self.kind, "workers": self.workers}
 
-    def run(self, job: Job, inputs: dict[str, np.ndarray], batches: list[Batch]
+    def run(self, job: Job, inputs: dict[str, np.ndarray], batches: list[Batch],
+            progress: Callable[[str], None] | None = None
             ) -> tuple[list[tuple[dict[str, np.ndarray], dict]], RunStats]:
         """(outputs, extras) of every batch, in batch order, and what the run did. Batches the store has are read,
-        the others computed (and stored as each finishes, so that an interrupted run keeps what it computed)."""
+        the others computed (and stored as each finishes, so that an interrupted run keeps what it computed).
+        ``progress``: where the run's :class:`Progress` lines go (none without it)."""
         start = time.perf_counter()
         stats = RunStats(self.kind, self.workers, batches=len(batches))
+        tracker = Progress(progress or (lambda line: None), job.name, batches)
         results: list = [None] * len(batches)
         keys: dict[int, str] = {}
         todo = []
@@ -110,6 +170,7 @@ class Engine:
                 if hit is not None:
                     results[index] = hit
                     stats.stored += 1
+                    tracker.stored(batch)
                     continue
             todo.append((index, part, batch.options))
         for index, outputs, extras, seconds in self._compute(job, todo, stats):
@@ -119,6 +180,7 @@ class Engine:
             results[index] = (outputs, extras)
             stats.computed += 1
             stats.compute_s += seconds
+            tracker.computed(batches[index])
         stats.wall_s = time.perf_counter() - start
         return results, stats
 

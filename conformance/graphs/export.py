@@ -25,9 +25,8 @@ from conformance.fileio import write_bytes_atomic
 from conformance.graphs import runtime
 from conformance.graphs.builder import BATCH, GraphBuilder
 from conformance.graphs.tensor import GraphError, GraphTensor, broadcast_batch_axis, operand_name, value_of
-from conformance.numerics.kernels import as_pair
 from models.base import Model
-from models.ops import Ops, contiguous
+from models.ops import Ops, as_pair, contiguous
 
 F32 = np.float32
 EXAMPLE_BATCH = 1  # samples of the batch the graph is recorded on (the batch axis is tracked, not guessed from sizes)
@@ -53,7 +52,6 @@ def _batch_axis(x) -> int | None:
 class GraphOps(Ops):
     """FP32 ops that record the ONNX graph of what they compute (see the module docstring)."""
 
-    hardware = "onnx"
     precision = "fp32"
 
     def __init__(self, graph: GraphBuilder, values: Ops | None = None):

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 
@@ -105,6 +106,32 @@ def _saturation_possible(a: np.ndarray, b: np.ndarray, fused=None) -> bool:
 @functools.lru_cache(maxsize=1)
 def _blas_threads() -> ThreadpoolController:
     return ThreadpoolController()
+
+
+_blas_lock = threading.Lock()
+_blas_users = 0  # threads inside single_threaded_blas()
+_blas_limiter = None
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """BLAS limited to one thread while any thread is inside (the half-partials blocks are one single-threaded call
+    each, their threads are the emulator's). BLAS's thread count is process-wide: the first thread in sets it to one,
+    the last one out restores it, so that threads entering and leaving in any order never leave it at one (which
+    would change later multi-threaded FP32 products)."""
+    global _blas_users, _blas_limiter
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_limiter = _blas_threads().limit(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limiter.restore_original_limits()
+                _blas_limiter = None
 
 
 # Block products a compiled accumulation pass takes at once (it reads and writes the accumulator once for all of them)
@@ -247,7 +274,7 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
         batches = max(1, _TILE // (m * n))
         tiles = [(out[b0:b0 + batches], a[b0:b0 + batches], b[b0:b0 + batches]) for b0 in range(0, nbatch, batches)]
     if fused is not None:
-        with _blas_threads().limit(limits=1, user_api="blas"):
+        with single_threaded_blas():
             _matmul_half_compiled(tiles, k, block, fused, nearest)
         return out
     largest = max(tile[0].size for tile in tiles)
@@ -272,7 +299,7 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
                 np.add(acc, block_sum, out=acc)
                 round_partials(acc)
 
-    with _blas_threads().limit(limits=1, user_api="blas"):
+    with single_threaded_blas():
         if rounding == "stochastic":
             run_tiles(0, len(tiles))
         else:

@@ -7,8 +7,9 @@
   execution order) in bands per block (encoder layer, ResNet stage ...), with the snr_db floor and the first jump;
 - ``-latency.png``: per latency scenario, the latency at LoadGen's logged percentiles (min ... max; the run keeps no
   per-query latencies) read from the run's LoadGen log, with the gated percentile and its bound;
-- ``-throughput.png``: for simulated timing, predicted samples/s against the device batch from the timing model, with
-  the batch the runs use and the Offline run's figure.
+- ``-throughput.png``: for simulated timing, predicted samples/s against the device batch from the backend's timing
+  model (:meth:`~conformance.hardware.base.Backend.predicted_throughput`), with the batch the runs use and the Offline
+  run's figure.
 
 Figures of simulated timing say "simulated" in their titles.
 
@@ -27,9 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from conformance.fileio import write_bytes_atomic
-from conformance.hardware.ipu.timing.chips import DEVICE_NAMES, get_device
-from conformance.hardware.ipu.timing.cost import TimingModel, default_execution
-from conformance.hardware.ipu.timing.predict import extrapolated_trace, memory_fit, model_trace
+from conformance.hardware import get_backend
 from conformance.perf import loadgen_rules as rules
 from conformance.perf.harness import read_detail_log
 from conformance.perf.virtual import SUMMARY_FILE
@@ -324,7 +323,7 @@ def _throughput_records(records: list[dict]) -> dict[str, dict]:
     for r in records:
         details = r.get("details") or {}
         chip = (details.get("timing_model") or {}).get("chip")
-        if r.get("kind") != "performance" or not _is_simulated(r) or chip not in DEVICE_NAMES:
+        if r.get("kind") != "performance" or not _is_simulated(r) or chip is None:
             continue
         key = f"{r['model']}-{r['precision']}"
         if key not in found or (r.get("scenario") == "Offline" and found[key].get("scenario") != "Offline"):
@@ -333,23 +332,18 @@ def _throughput_records(records: list[dict]) -> dict[str, dict]:
 
 
 def throughput_curve(model: str, precision: str, chip: str, hardware: str) -> dict:
-    """Predicted samples/s per device batch of ``model`` from the timing model of ``chip``, timed as the simulated
-    device times a batch (``rows_per_sample`` rows a sample, one sequence a row), at powers of two up to twice the
-    batch the runs use (``max_batch`` in performance.toml), and that batch."""
+    """Predicted samples/s per device batch of ``model`` from the device model of ``hardware`` on ``chip``
+    (:meth:`~conformance.hardware.base.Backend.predicted_throughput`), at powers of two up to twice the batch the runs
+    use (``max_batch`` in performance.toml), and that batch. A ValueError when the backend does not know ``chip`` or
+    has no device model."""
     run = load_performance_targets().models[model]
     chosen = int(run.max_batch[hardware])
     batches = sorted({chosen, *[2 ** k for k in range((2 * chosen).bit_length()) if 2 ** k <= 2 * chosen]})
-    device = get_device(chip)
-    timing = TimingModel(device)
-    execution = default_execution(model, packed=False)
-    per_s, fits = [], []
-    for b in batches:
-        units = b * int(run.rows_per_sample)
-        trace = extrapolated_trace(model, units, precision) or model_trace(model, units, precision)
-        per_s.append(b / timing.batch_time(trace, execution).per_batch_s)
-        fits.append(bool(memory_fit(trace, device).fits))
-    return {"batches": batches, "samples_per_s": per_s, "fits": fits, "chosen": chosen,
-            "packed": bool(default_execution(model).packed), "rows_per_sample": int(run.rows_per_sample)}
+    predicted = get_backend(hardware, chip).predicted_throughput(model, precision, batches, int(run.rows_per_sample))
+    if predicted is None:
+        raise ValueError(f"hardware {hardware!r} has no device model to predict its throughput")
+    return {"batches": batches, "samples_per_s": list(predicted["samples_per_s"]), "fits": list(predicted["fits"]),
+            "chosen": chosen, "packed": bool(predicted["packed"]), "rows_per_sample": int(run.rows_per_sample)}
 
 
 def throughput_png(key: str, curve: dict, chip: str, offline: float | None, mpl) -> bytes:

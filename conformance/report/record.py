@@ -41,7 +41,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
-from conformance.fileio import MIB, parse_json, read_text, write_text_atomic
+from boundedio import MIB, parse_json, read_text
+from conformance.fileio import write_text_atomic
 from conformance.report.render import verdict as check_verdict
 
 SCHEMA = "ipu-conformance/results/1"
@@ -85,6 +86,13 @@ class Git(_Closed):
     dirty: Optional[bool]
 
 
+class DataTypes(_Closed):
+    """What a precision holds, in the fields of MLPerf's measurements.json (the backend's data_types)."""
+    input_data_types: str
+    weight_data_types: str
+    weight_transformations: str
+
+
 class Hardware(_Open):
     name: str
     description: str
@@ -92,6 +100,8 @@ class Hardware(_Open):
     versions: dict[str, Any]
     timing: Optional[Literal["measured", "simulated"]] = Field(
         None, description="how the backend's latencies are obtained; absent from files written before it was recorded")
+    data_types: Optional[dict[str, DataTypes]] = Field(
+        None, description="precision -> what it holds, as the backend states it; absent from older files")
 
 
 class Settings(_Open):
@@ -326,7 +336,8 @@ def build(*, settings, backend, profile, tests, records, exit_status: int, inter
         "git": git_info(),
         "packages": package_versions(),
         "hardware": {"name": backend.name, "description": backend.description, "precisions": list(backend.precisions),
-                     "versions": dict(backend.versions()), "timing": backend.timing},
+                     "versions": dict(backend.versions()), "timing": backend.timing,
+                     "data_types": {p: backend.data_types(p) for p in ("fp32", *backend.precisions)}},
         "settings": {"hardware": settings.hardware, "profile": settings.profile, "models": list(settings.models),
                      "shard": str(shard) if shard else None, "xfail_file": str(xfail_file) if xfail_file else None,
                      "baseline": str(baseline) if baseline else None, **_run_settings(settings, backend)},
@@ -348,7 +359,7 @@ def _run_settings(settings, backend) -> dict:
     def paths(given) -> dict:
         return {model: str(path) for model, path in sorted((given or {}).items())}
 
-    return {"precisions": list(settings.precisions), "device": settings.device or getattr(backend, "chip", None),
+    return {"precisions": list(settings.precisions), "device": settings.device or backend.chip,
             "real_time_loadgen": bool(settings.real_time_loadgen),
             "samples": dict(sorted((settings.samples or {}).items())),
             "checkpoints": paths(settings.checkpoints), "datasets": paths(settings.datasets),

@@ -19,23 +19,11 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from conformance.hardware.base import SCENARIOS
+from conformance.hardware.base import DATA_TYPE_KEYS, FP32_DATA_TYPES, SCENARIOS
 from conformance.report.checks import provenance, timing_model_of
 from conformance.report.judged import HEADERS as JUDGED_HEADERS
 from conformance.report.judged import judged_by_model, judged_rows
 from conformance.targets.accuracy import TENSOR_METRICS
-
-# measurements.json-style data types per precision; a record's details may override any of these keys
-DATA_TYPES = {
-    "fp32": {"input_data_types": "fp32", "weight_data_types": "fp32", "weight_transformations": "none"},
-    "fp16": {"input_data_types": "fp16", "weight_data_types": "fp16",
-             "weight_transformations": "cast fp32 -> fp16, round to nearest even"},
-    "fp8": {"input_data_types": "fp16 (fp8 at matmul/conv inputs)", "weight_data_types": "fp8 (matmul/conv), fp16 (other)",
-            "weight_transformations": "post-training per-tensor power-of-two scaling, cast fp32 -> fp8"},
-}
-DATA_TYPES["fp16-half-partials"] = DATA_TYPES["fp16"]
-DATA_TYPES["fp8-weights"] = {**DATA_TYPES["fp8"], "input_data_types": "fp16"}
-DATA_TYPE_KEYS = ("input_data_types", "weight_data_types", "weight_transformations")
 
 # MLPerf's units per scenario and which record is a scenario's result
 SCENARIO_UNITS = {"SingleStream": "Latency (ms)", "MultiStream": "Latency (ms)", "Offline": "Samples/s", "Server": "Queries/s"}
@@ -398,6 +386,16 @@ def compliance_text(record: dict) -> str:
     return f"{record['check']} {verdict(record)} ({said})"
 
 
+def _data_types(hardware: dict, precision: str) -> dict[str, str]:
+    """MLPerf's data types of ``precision`` as the results file's hardware header states them (its backend's
+    ``data_types``); for a file that does not state them, the precision's name in each field (FP32: the reference's).
+    A record's details may override any field."""
+    stated = (hardware.get("data_types") or {}).get(precision)
+    if stated is None:
+        stated = FP32_DATA_TYPES if precision == "fp32" else {key: precision for key in DATA_TYPE_KEYS}
+    return {key: str(stated.get(key, precision)) for key in DATA_TYPE_KEYS}
+
+
 def mlperf_rows(results: dict) -> list[dict]:
     """One row per model x precision x scenario (scenario empty for accuracy-only pairs), keyed by CSV_COLUMNS and
     ``Timing`` (the checks table's mark of the row's performance and audit figures, for the Markdown table).
@@ -425,7 +423,7 @@ def mlperf_rows(results: dict) -> list[dict]:
             perf = by_scenario[scenario]
             audit = [a for a in audits.get(pair, []) if (a.get("scenario") or "") in ("", scenario)]
             result = _result_record(perf, scenario) if perf else None
-            types = dict(DATA_TYPES.get(precision, {k: precision for k in DATA_TYPE_KEYS}))
+            types = _data_types(hardware, precision)
             for r in acc + perf:
                 types.update({k: str(v) for k, v in (r.get("details") or {}).items() if k in DATA_TYPE_KEYS})
             notes = _distinct(provenance(r) for r in perf + audit)

@@ -1,9 +1,13 @@
 """The run's settings against the suite's data files, before any test runs: every file the run reads is valid, every
 model and precision the hardware runs has its accuracy gates, and every performance target is one the backend can
-run. A mistake is a :class:`~conformance.datafiles.DataFileError` naming the file (a usage error)."""
+run. A mistake is a :class:`~conformance.datafiles.DataFileError` naming the file (a usage error). The engine of
+``--workers`` / ``--cluster`` is checked against how pytest runs (:func:`check_engine`): a cluster that does not answer
+or runs other sources is a :class:`~conformance.settings.options.SettingsError` before any test."""
 
 from __future__ import annotations
 
+from conformance import distributed
+from conformance.settings.options import SettingsError
 from conformance.settings.run import RunSettings
 from conformance.targets import DataFileError
 from conformance.targets import accuracy as accuracy_targets
@@ -44,3 +48,21 @@ def check_runnable(settings: RunSettings) -> None:
     check_data_files()
     accuracy_targets.check_complete(settings.backend, settings.models)
     check_targets_runnable(settings)
+
+
+def check_engine(settings: RunSettings, processes=None) -> None:
+    """``--workers`` and ``--cluster`` against pytest-xdist's ``-n`` (``processes``: each of its processes would
+    start workers of its own), and a ``--cluster`` that answers with workers running this suite's sources and BLAS
+    (connected to once, here; the accuracy tests connect again)."""
+    if settings.workers is None and settings.cluster is None:
+        return
+    given = f"--workers {settings.workers}" if settings.workers is not None else f"--cluster {settings.cluster}"
+    if processes not in (None, 0, "0"):
+        raise SettingsError(f"{given} and pytest-xdist's -n {processes}: give one of them; each -n process would start "
+                            f"workers of its own (use {given.split()[0]} alone to spread the accuracy batches, or -n "
+                            "alone to spread whole tests)")
+    if settings.cluster is not None:
+        try:
+            distributed.DaskEngine(address=settings.cluster).close()  # Dask is imported here, only for a cluster
+        except distributed.EngineError as exc:
+            raise SettingsError(str(exc)) from None

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from boundedio import InputFileError, read_text
 from conformance.datasets.cache import CACHE_VARIABLE, CacheError, check_writable, default_directory
+from conformance.distributed import EngineError, check_address
 from conformance.hardware import Backend, get_backend, hardware_names
 from conformance.numerics.compiled import KERNEL_PATHS, KERNELS_VARIABLE, configured_path
 from conformance.numerics.formats import THREADS_VARIABLE, worker_threads
@@ -36,6 +38,7 @@ EXTRA_CASES = tuple(accuracy_targets.EXTRA_CASES)
 MAX_SHARDS = 1000  # more shares than the suite has tests: every share beyond the tests' count would run nothing
 MAX_THREADS = 1024  # emulator threads: more than any host's cores
 MAX_DIGITS = 20  # an integer option written with more digits than this is not a count
+MAX_WORKERS = 256  # local worker processes: more than any one host's cores
 
 
 class SettingsError(ValueError):
@@ -132,6 +135,24 @@ def parse_sample_cap(value: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"{value!r}: expected N or MODEL=N with N a positive integer of at most "
                                          f"{MAX_SAMPLES:,} ({exc})") from None
     return model, number
+
+
+def parse_workers(value: str) -> int:
+    """``--workers N``: local worker processes, from 1 to :data:`MAX_WORKERS`."""
+    try:
+        return _integer(value, 1, MAX_WORKERS)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: expected the number of local worker processes ({exc})") \
+            from None
+
+
+def parse_cluster(value: str) -> str:
+    """``--cluster ADDRESS``: a scheduler address, normalised (``HOST:PORT`` -> ``tcp://HOST:PORT``); whether it
+    answers is checked before any test runs (:mod:`conformance.settings.checks`)."""
+    try:
+        return check_address(value)
+    except EngineError as exc:  # argparse names the option
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--cluster ")) from None
 
 
 def parse_chip(value: str) -> str:
@@ -270,11 +291,21 @@ def _per_model(flag: str):
     return check
 
 
+def check_cluster(address: str | None, settled: Settled) -> str | None:
+    """``--cluster``: not with ``--workers`` (one engine runs the batches)."""
+    if address is not None and settled.fields["workers"] is not None:
+        raise SettingsError(f"--workers {settled.fields['workers']} and --cluster {address}: give one of them (local "
+                            "workers, or a running cluster's scheduler), not both")
+    return address
+
+
 def check_cache_dir(given: Path | None, settled: Settled) -> Path | None:
     """``--cache-dir`` or the platform's cache directory, created and writable, when a user's checkpoint, data set
-    or calibration data is judged (their FP32 outputs are cached); None otherwise."""
+    or calibration data is judged (their FP32 outputs are cached) or the accuracy batches run on workers (each
+    computed batch is kept); None otherwise."""
     fields = settled.fields
-    if not (fields["checkpoints"] or fields["datasets"] or fields["calibrations"]):
+    distributed = fields["workers"] is not None or fields["cluster"] is not None
+    if not (fields["checkpoints"] or fields["datasets"] or fields["calibrations"] or distributed):
         return None
     try:
         return check_writable(given if given is not None else default_directory())
@@ -294,10 +325,11 @@ def check_xfail_file(given: Path | None, settled: Settled) -> Path:
         kind = "a directory" if path.is_dir() else "not a regular file"
         raise SettingsError(f"--xfail-file {path}: {kind}; expected a known-failures file")
     try:
-        path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SettingsError(f"--xfail-file {path}: cannot read it ({reason})") from None
+        read_text(path, "a known-failures file", xfails.XFAIL_LIMIT)
+    except InputFileError as exc:  # too large, not UTF-8 (naming the line)
+        raise SettingsError(f"--xfail-file {exc}") from None
+    except OSError as exc:
+        raise SettingsError(f"--xfail-file {path}: cannot read it ({exc.strerror or exc})") from None
     return path
 
 
@@ -384,7 +416,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("--samples", "accuracy samples per model (a data set: at most N of its questions/images/triplets/rows, "
            "default all; otherwise N synthetic samples, default the profile's); repeatable", _per_model("--samples"),
            parse=parse_sample_cap, repeatable=True, metavar="N|MODEL=N"),
-    Option("--cache-dir", "where FP32 outputs of your checkpoints and data are cached (default: the platform's user "
+    Option("--workers", "run the accuracy tests' batches on N local worker processes (Dask), each computed batch "
+           f"kept in the cache directory so that an interrupted run resumes; N from 1 to {MAX_WORKERS}, not with "
+           "pytest-xdist's -n (default: in the test's process)", _as_given, parse=parse_workers, metavar="N"),
+    Option("--cluster", "run the accuracy tests' batches on the running Dask cluster whose scheduler is at ADDRESS "
+           "([tcp://]HOST:PORT; its workers run this version of the suite), each computed batch kept in the cache "
+           "directory; not with --workers or -n (default: in the test's process)", check_cluster, parse=parse_cluster,
+           metavar="ADDRESS"),
+    Option("--cache-dir", "where FP32 outputs of your checkpoints and data, and with --workers or --cluster the "
+           "accuracy batches, are cached (default: the platform's user "
            f"cache directory, e.g. ~/.cache/ipu-conformance, or ${CACHE_VARIABLE})", check_cache_dir,
            parse=parse_path, metavar="DIR"),
     Option("--xfail-file", "known failures of the hardware (default: conformance/xfails/<hardware>.txt)",

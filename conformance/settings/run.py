@@ -32,7 +32,9 @@ class RunSettings:
     datasets: dict[str, Path] = field(default_factory=dict)  # --dataset MODEL=PATH
     samples: dict[str, int] = field(default_factory=dict)  # --samples N ("*") or MODEL=N
     calibrations: dict[str, Path] = field(default_factory=dict)  # --calibration MODEL=PATH
-    cache_dir: Path | None = None  # --cache-dir (None: the platform's cache directory)
+    workers: int | None = None  # --workers: local worker processes for the accuracy batches (None: in-process)
+    cluster: str | None = None  # --cluster: a Dask scheduler's address, normalised (tcp://HOST:PORT)
+    cache_dir: Path | None = None  # --cache-dir, or the platform's cache directory when something is cached there
     published_report_dir: Path | None = None  # where the report is published: report_dir is its staging directory
     cases: tuple[str, ...] = ()  # --model: the extra cases beside the six models that run (minilm)
     allow_unused_weights: bool = False  # --allow-unused-weights

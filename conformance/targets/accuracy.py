@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from conformance.fileio import parse_toml
+from boundedio import parse_toml
 from conformance.hardware import Backend, hardware_names, hardware_precisions
 from conformance.targets import DataFileError, backend_files, read_toml
 from conformance.targets.bounds import MIN_RATIO
