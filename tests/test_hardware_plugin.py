@@ -91,10 +91,10 @@ SingleStream = 5000
 
 [max_batch]
 widedeep = 1
-""" + "".join(f"""
-[profiles.{profile}]
+
+[profiles.smoke]
 min_query_count = {{ SingleStream = 4, MultiStream = 1, Server = 4, Offline = 1 }}
-""" for profile in ("smoke", "default", "full"))
+"""  # the backend runs the smoke profile only: it gives counts for that one
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +138,28 @@ def test_the_suite_judges_the_installed_backend(installed, tmp_path):
         assert outcomes[test] == "passed", outcomes
     checks = {(r["kind"], r["check"]) for r in results["records"]}
     assert {("accuracy", "auc@0.99xfp32"), ("accuracy", "snr_db"), ("performance", "samples_per_second")} <= checks
+
+
+def test_a_profile_the_backend_gives_no_counts_for_is_a_usage_error_naming_it(installed):
+    result = _pytest(installed, "conformance/", "--hardware", NAME, "--model", "widedeep", "--profile", "default",
+                     "--collect-only")
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    err = result.stderr + result.stdout
+    assert f"profile 'default' has no LoadGen query counts for hardware {NAME!r}" in err
+    assert "[profiles.default].min_query_count" in err
+
+
+def test_mistakes_in_a_backends_targets_name_the_backends_file(tmp_path, monkeypatch):
+    from conformance.targets import performance
+
+    extra = tmp_path / "performance.toml"
+    extra.write_text("[targets.widedeep.cpu.fp8]\nOffline = 1\n\n[max_batch]\nwidedeep = 1\n")
+    monkeypatch.setattr(performance, "backend_files", lambda filename: [("cpu", extra)])
+    performance.load_performance_targets.cache_clear()
+    with pytest.raises(performance.PerformanceTargetsError, match=rf"{extra}:1: .*unknown precision 'fp8' of hardware "
+                                                                  r"'cpu'"):
+        performance.load_performance_targets()
+    performance.load_performance_targets.cache_clear()  # the suite's own targets for the tests after this one
 
 
 def test_a_target_the_backend_cannot_run_is_a_usage_error_before_any_test(installed):

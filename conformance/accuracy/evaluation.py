@@ -18,7 +18,7 @@ from conformance.accuracy import confidence, metrics
 from conformance.accuracy.diagnosis import PROBE_INPUT_ELEMENTS, LocalErrorOps, summarise_bias
 from conformance.distributed import Batch, Engine, Job, RunStats, fingerprint
 from conformance.targets import compare
-from conformance.targets.accuracy import PROBE_METRICS, TENSOR_METRICS
+from conformance.targets.accuracy import PROBE_METRICS, TENSOR_BOUNDS, TENSOR_METRICS
 from conformance.targets.label_floors import FLOORS_FILE, load_label_floors
 from models.ops import Ops
 
@@ -80,7 +80,7 @@ class MetricSet:
             return self.probes.get(metric), {}
         if metric in TENSOR_METRICS and self.tensor:
             per_output = {out: m[metric] for out, m in self.tensor.items()}
-            higher_is_better = metric in ("cosine", "snr_db")
+            higher_is_better = TENSOR_BOUNDS[metric][0] == "min"  # gated from below: the worst output is the lowest
             worst = (min if higher_is_better else max)(per_output, key=per_output.get)
             return per_output[worst], {"worst_output": worst, "per_output": per_output}
         return None, {}

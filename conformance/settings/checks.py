@@ -37,6 +37,12 @@ def check_targets_runnable(settings: RunSettings) -> None:
         targets = load_performance_targets().for_hardware(settings.hardware, settings.precisions, settings.models)
     except ValueError as exc:  # a targets file that is not valid names itself
         raise NotRunnable(str(exc)) from None
+    counts = settings.profile_data.performance.min_query_count
+    if targets and settings.hardware not in counts:
+        raise NotRunnable(f"profile {settings.profile!r} has no LoadGen query counts for hardware {settings.hardware!r}, "
+                          f"which has performance targets: add [profiles.{settings.profile}].min_query_count to its "
+                          f"backend's {PERFORMANCE_FILE.name} (or [{settings.profile}.performance].min_query_count."
+                          f"{settings.hardware} to the suite's profiles.toml), or run another profile")
     for target in targets:
         reason = settings.backend.scenario_support(target.model, target.precision, target.scenario)
         if reason:

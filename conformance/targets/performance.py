@@ -20,7 +20,6 @@ from conformance.hardware import hardware_names, hardware_precisions
 from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
 from conformance.targets import DataFileError, Schema, backend_files, fail, read_toml, validate
 from conformance.targets.bounds import MAX_BATCH, MAX_LATENCY_MS, MAX_QUERIES, MAX_RATE, count, non_negative, positive
-from conformance.targets.profiles import load_profiles
 from models import MODEL_NAMES
 
 PERFORMANCE_FILE = Path(__file__).with_name("performance.toml")
@@ -106,11 +105,11 @@ def _schemas() -> tuple[type[Schema], type[Schema]]:
     return suite, backend
 
 
-def _merge_backend_targets(data: dict, hardware: str, path: Path) -> None:
+def _merge_backend_targets(data: dict, hardware: str, path: Path) -> tuple[Path, str]:
     """Add the ``[targets.<model>.<hardware>.*]`` tables and ``[max_batch]`` entries (model -> largest device batch) of a
     backend's own performance.toml to ``data``; its ``[profiles.<profile>].min_query_count`` is the profiles' (see
     :func:`conformance.targets.profiles.load_profiles`); anything else there is an error naming the file."""
-    extra, text = read_toml(path)
+    extra, text = _check(read_toml, path)
     _check(validate, extra, _schemas()[1], path, text)
     for model, per_hardware in extra.get("targets", {}).items():
         other = sorted(set(per_hardware) - {hardware})
@@ -120,6 +119,7 @@ def _merge_backend_targets(data: dict, hardware: str, path: Path) -> None:
         data.setdefault("targets", {}).setdefault(model, {})[hardware] = per_hardware[hardware]
     for model, batch in extra.get("max_batch", {}).items():
         data.setdefault("models", {}).setdefault(model, {}).setdefault("max_batch", {})[hardware] = batch
+    return path, text
 
 
 def _check(function, *args):
@@ -139,12 +139,16 @@ def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
     path = Path(path) if path is not None else PERFORMANCE_FILE
     data, text = _check(read_toml, path)
     _check(validate, data, _schemas()[0], path, text)
+    origins = {}  # hardware -> (file, text) of a backend shipped on its own: its tables' mistakes name its file
     if path == PERFORMANCE_FILE:  # backends shipped on their own bring the targets of their names
         for hardware, extra in backend_files(PERFORMANCE_FILE.name):
-            _merge_backend_targets(data, hardware, extra)
+            origins[hardware] = _merge_backend_targets(data, hardware, extra)
 
-    def problem(loc: tuple, message: str):
-        _check(fail, path, loc, message, text)
+    def problem(loc: tuple, message: str, hardware: str | None = None):
+        where, where_text = origins.get(hardware, (path, text))
+        if hardware in origins and loc[0] == "models":  # the backend's file holds its batches as [max_batch]
+            loc = ("max_batch", loc[1])
+        _check(fail, where, loc, message, where_text)
 
     models = {name: ModelRun(float(entry["server_latency_ms"]), entry["mlperf_model"], entry["rows_per_sample"],
                              dict(entry["max_batch"]),
@@ -156,18 +160,13 @@ def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
             problem(("targets", model), f"has no [models.{model}] run parameters")
         for hardware, per_precision in per_hardware.items():
             if hardware not in models[model].max_batch:
-                problem(("models", model, "max_batch"), f"has no entry for hardware {hardware!r}, which has targets")
+                problem(("models", model, "max_batch"), f"has no entry for hardware {hardware!r}, which has targets",
+                        hardware)
             precisions = hardware_precisions(hardware)
             for precision, scenarios in per_precision.items():
                 if precision not in precisions:
                     problem(("targets", model, hardware, precision), f"unknown precision {precision!r} of hardware "
-                            f"{hardware!r}; expected one of: {', '.join(precisions)}")
+                            f"{hardware!r}; expected one of: {', '.join(precisions)}", hardware)
                 for scenario, value in scenarios.items():
                     targets.append(PerformanceTarget(model, hardware, precision, scenario, float(value)))
-    for profile in load_profiles().values():
-        for hardware in sorted({t.hardware for t in targets}):
-            if hardware not in profile.performance.min_query_count:
-                raise PerformanceTargetsError(
-                    f"{path}: hardware {hardware!r} has targets but profiles.toml's "
-                    f"[{profile.name}.performance].min_query_count has no counts for it")
     return PerformanceTargets(tuple(targets), models)
