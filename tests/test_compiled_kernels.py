@@ -291,3 +291,22 @@ def test_unknown_kernels_variable_is_a_usage_error(pytester, monkeypatch):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*environment variable CONFORMANCE_KERNELS='fast' is not a kernel path; set it to "
                                  "one of: numba, numpy*"])
+
+
+def test_numba_compile_time_is_measured_for_the_start_up_announcement():
+    """What numba spends compiling is counted (the report's progress line says it with the test that paid for it);
+    a function compiled here for the first time adds to it."""
+    import numba
+
+    from conformance.numerics import compiled
+
+    if compiled.jit() is None:
+        pytest.skip("the compiled path is not active")
+    before = compiled.compile_seconds()
+
+    @numba.njit
+    def fresh(x):  # a new function: compiled now, never cached
+        return x * 2.0 + 1.0
+
+    assert fresh(1.5) == 4.0
+    assert compiled.compile_seconds() > before

@@ -25,6 +25,7 @@ OPS = {"copy": 0, "add": 1, "sub": 2, "mul": 3, "div": 4, "round_add": 5}
 _override: str | None = None
 _lock = threading.Lock()
 _loaded = None  # the _jit module once imported; False when numba cannot be imported
+_compile_timer = None  # numba's timing listener of its compilations, registered when the kernels are imported
 
 
 def configured_path() -> str:
@@ -67,12 +68,24 @@ def _load():
             if _loaded is None:
                 try:
                     import conformance.numerics._jit as _jit  # deferred: numba is imported on first use only
+                    from numba.core import event
+
+                    global _compile_timer
+                    _compile_timer = event.TimingListener()
+                    event.register("numba:compile", _compile_timer)
                     _loaded = _jit
                 except ImportError as exc:
                     warnings.warn(f"numba cannot be imported ({exc}); the IPU emulator runs its numpy kernels "
                                   f"(the same results, slower)", RuntimeWarning, stacklevel=3)
                     _loaded = False
     return _loaded or None
+
+
+def compile_seconds() -> float:
+    """Seconds numba has spent compiling in this process: the kernels compile on their first use in a fresh clone
+    (then numba's on-disk cache keeps them, and loading them is not compiling); 0 before the compiled path is used."""
+    timer = _compile_timer
+    return timer.duration if timer is not None and timer.done else 0.0
 
 
 def jit():

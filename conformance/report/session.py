@@ -40,6 +40,7 @@ import pytest
 from _pytest.reports import TestReport
 
 from conformance.fileio import write_text_atomic
+from conformance.numerics import compiled
 from conformance.report import baseline as baseline_mod
 from conformance.report import plots, render, xfails
 from conformance.report import record as results_record
@@ -110,6 +111,7 @@ class ReportSession:
         self.staging: Path | None = None
         self.write_error: str | None = None
         self.write_exit = pytest.ExitCode.INTERNAL_ERROR
+        self._compiled_seen = 0.0  # numba's compile time already said in a progress line
         self.kept_previous = False  # the run was interrupted before any test finished: the previous report stays
         # why the run was refused: a worker's known-failure entry matching every test, a baseline that compared nothing
         self.refused: str | None = None
@@ -296,6 +298,12 @@ class ReportSession:
         if reporter is None or self.config.get_verbosity() < 0:
             return
         line = self.collector.progress(node_id)
+        total = compiled.compile_seconds()
+        compiling, self._compiled_seen = total - self._compiled_seen, total
+        if line and compiling >= 0.5:  # start-up work charged to this test: said, with its time
+            first, _, rest = line.partition("\n")
+            line = (f"{first} (of which {compiling:.1f} s compiling the emulator's kernels, once: numba's cache keeps "
+                    f"them)" + (f"\n{rest}" if rest else ""))
         if line:  # under pytest's dots: pytest ends the line and writes the file name again before the next dot
             reporter.write(f"\n[conformance] {line}")
             reporter.currentfspath = None
