@@ -11,7 +11,6 @@ Hypothesis runs derandomized (the same examples on every machine) with a modest 
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import tempfile
@@ -22,9 +21,8 @@ from hypothesis import strategies as st
 
 from conformance.cli import main as cli_main
 from conformance.report import record as results_record
-from conformance.report import shard
 from conformance.targets import compare
-from tests.test_report_verify import SAMPLE, passing_results
+from tests.test_report_verify import SAMPLE, passing_results, shards_of
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -104,21 +102,6 @@ def _run(args) -> tuple[int, str]:
     return code, out.getvalue() + err.getvalue()
 
 
-def _shards(data: dict, count: int) -> list[dict]:
-    """``data`` cut into the shards of a ``count``-way split, each with the verdict its own tests and records give."""
-    owner = shard.shard_of([t["id"] for t in data["tests"]], count)
-    parts = []
-    for index in range(1, count + 1):
-        part = copy.deepcopy(data)
-        part["settings"]["shard"] = f"{index}/{count}"
-        part["tests"] = [t for t in data["tests"] if owner[t["id"]] == index]
-        part["records"] = [r for r in data["records"] if owner[r["test_id"]] == index]
-        judgement = results_record.judgement_of(part)
-        part["verdict"], part["exit_status"] = judgement.verdict, judgement.exit_status
-        parts.append(part)
-    return parts
-
-
 def _assert_never_pass(paths: list[Path], edits, good: Path) -> None:
     """``report`` of the files (merged when there are several); of a single file also ``report compare`` and
     ``report validate`` (which exits 0 for a consistent file, whatever its verdict)."""
@@ -158,7 +141,7 @@ def test_an_edited_failing_run_never_reads_pass(edits):
 @PROPERTY
 @given(count=st.sampled_from([2, 3]), which=st.integers(0, 2), edits=EDITS)
 def test_an_edited_shard_of_a_failing_run_never_merges_into_a_pass(count, which, edits):
-    parts = _shards(failing_run(), count)
+    parts = shards_of(failing_run(), count)
     for part in parts:  # the shards that hold the failures: edited until they hide them
         if any(_fails_on_its_figure(r) for r in part["records"]):
             edit(part, edits)

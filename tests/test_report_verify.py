@@ -73,20 +73,24 @@ RELATIVE_CHECK = "f1@0.99xfp32"
 RELATIVE = f"accuracy/bert-base/fp16/-/{RELATIVE_CHECK}"
 
 
-def merged_passing(count: int = 2) -> dict:
-    """The passing run cut into ``count`` shards and merged again (a consistent merged PASS)."""
-    full = passing_results()
-    owner = shard.shard_of([t["id"] for t in full["tests"]], count)
+def shards_of(data: dict, count: int) -> list[dict]:
+    """``data`` cut into the shards of a ``count``-way split, each with the verdict its own tests and records give."""
+    owner = shard.shard_of([t["id"] for t in data["tests"]], count)
     parts = []
     for index in range(1, count + 1):
-        part = copy.deepcopy(full)
+        part = copy.deepcopy(data)
         part["settings"]["shard"] = f"{index}/{count}"
-        part["tests"] = [t for t in full["tests"] if owner[t["id"]] == index]
-        part["records"] = [r for r in full["records"] if owner[r["test_id"]] == index]
+        part["tests"] = [t for t in data["tests"] if owner[t["id"]] == index]
+        part["records"] = [r for r in data["records"] if owner[r["test_id"]] == index]
         judgement = results_record.judgement_of(part)
         part["verdict"], part["exit_status"] = judgement.verdict, judgement.exit_status
-        parts.append((f"shard{index}.json", part))
-    return merge.merge(parts)
+        parts.append(part)
+    return parts
+
+
+def merged_passing(count: int = 2) -> dict:
+    """The passing run cut into ``count`` shards and merged again (a consistent merged PASS)."""
+    return merge.merge([(f"shard{i}.json", part) for i, part in enumerate(shards_of(passing_results(), count), 1)])
 
 
 def as_merged(change):
