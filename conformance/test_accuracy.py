@@ -141,7 +141,8 @@ class AccuracyRuns:
         time it took, and with ``probe`` the ops' local errors on the probe samples (see ``run_hardware``; measured
         in the run, or apart when the run was made for another test without them)."""
         key = (name, precision)
-        if key in self._runs and probe and self._runs[key]["local_errors"] is None:
+        if (key in self._runs and probe and self._runs[key]["local_errors"] is None
+                and self._runs[key]["prepared"].per_op):
             run = self._runs[key]
             inputs, _ = self.reference(name)
             samples = probe_samples(inputs, self.batch_size(name))

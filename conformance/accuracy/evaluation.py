@@ -132,12 +132,13 @@ def hardware_batches(inputs: dict, batch_size: int, probe: bool) -> list[Batch]:
         [Batch(start, min(start + batch_size, count)) for start in range(head, count, batch_size)]
 
 
-def _forward(model, inputs: dict, hardware_ops, probe: bool) -> tuple[dict, list | None]:
-    """The outputs of one batch, and with ``probe`` the local errors of its ops: it then runs through
-    :class:`LocalErrorOps` (which passes the hardware's results through as they are), adding only the FP32 ops."""
+def _forward(forward: Callable[[dict, object], dict], inputs: dict, hardware_ops, probe: bool) -> tuple[dict, list | None]:
+    """The outputs of one batch by ``forward(inputs, ops)``, and with ``probe`` the local errors of its ops: it then
+    runs through :class:`LocalErrorOps` (which passes the hardware's results through as they are), adding only the
+    FP32 ops."""
     local = LocalErrorOps(hardware_ops, Ops()) if probe else None
     with np.errstate(all="ignore"):
-        outputs = model(inputs, local if probe else hardware_ops)
+        outputs = forward(inputs, local if probe else hardware_ops)
     return outputs, (local.bias if probe else None)
 
 
@@ -172,7 +173,8 @@ def hardware_batch(work: HardwareWork, inputs: dict, options: dict) -> tuple[dic
     """One batch of a hardware run (a task of the engine): its outputs, and as extras what the run used so far
     (``prepared.details``: FP8 scales) and with the ``probe`` option the local errors."""
     ops = work.ops()
-    outputs, local = _forward(work.model, inputs, ops, bool(options.get("probe")))
+    probe = bool(options.get("probe")) and getattr(work.prepared, "per_op", True)
+    outputs, local = _forward(work.prepared.forward, inputs, ops, probe)
     extras = {"details": work.prepared.details(ops)}
     if local is not None:
         extras["local_errors"] = local
@@ -213,7 +215,7 @@ def run_on_engine(engine: Engine, name: str, model, prepared, inputs: dict, batc
     results, stats = engine.run(Job(name, work, hardware_batch, identity), inputs,
                                 hardware_batches(inputs, batch_size, probe), progress)
     outputs = {k: np.concatenate([r[0][k] for r in results]) for k in results[0][0]}
-    local = [tuple(e) for e in results[0][1]["local_errors"]] if probe else None
+    local = [tuple(e) for e in results[0][1]["local_errors"]] if "local_errors" in results[0][1] else None
     return HardwareRun(outputs, local, merge_details([r[1]["details"] for r in results]), stats)
 
 
@@ -232,7 +234,7 @@ def measure_probes(gates, current: MetricSet, local: list | None, samples: int,
             current.probes["op_mismatches"] = float(mismatches)
             recorded.update(op_mismatches=int(mismatches), op_checks=details,
                             op_checks_s=round(time.perf_counter() - start, 4))
-    if current.nonfinite or not wants_probe(gates):
+    if current.nonfinite or not wants_probe(gates) or local is None:  # None: the hardware runs whole graphs
         return recorded
     bias, per_kind, per_op = summarise_bias(local)
     current.probes["rounding_bias"] = abs(bias)

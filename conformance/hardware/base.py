@@ -47,8 +47,14 @@ class UnsupportedCombination(Exception):
 class Prepared:
     """What runs ``model`` at ``precision`` on a backend: :meth:`ops` gives an ops object the model computes through
     (each call a new one, all with the same numerics, e.g. the same quantization scales; ``recorder`` sees every
-    op's output); :meth:`details` says what a run with those ops used, for its record (and for the backend's
-    :meth:`Backend.op_checks`)."""
+    op's output); :meth:`forward` computes a batch with such an ops object; :meth:`details` says what a run with those
+    ops used, for its record (and for the backend's :meth:`Backend.op_checks`).
+
+    A backend that executes a whole graph (an inference engine) overrides :meth:`forward` to run it, and sets
+    ``per_op`` False: its ops are then only the FP32 ones, and the per-op probes (local rounding errors) are not
+    measured on it."""
+
+    per_op: bool = True  # forward computes op by op through ops(): each op's result can be probed
 
     def __init__(self, model, precision: str, make_ops: Callable[[Recorder | None], Ops]):
         self.model = model
@@ -57,6 +63,10 @@ class Prepared:
 
     def ops(self, recorder: Recorder | None = None) -> Ops:
         return self._make_ops(recorder)
+
+    def forward(self, inputs: dict, ops: Ops) -> dict:
+        """The model's outputs on one batch of ``inputs``, computed with ``ops`` (one of :meth:`ops`)."""
+        return self.model(inputs, ops)
 
     def details(self, ops: Ops) -> dict:
         return {}
