@@ -211,6 +211,17 @@ class Ops:
     def mul(self, a, b, *, name):
         return self._emit(name, np.multiply(a, b, dtype=np.float32))
 
+    def div(self, a, b, *, name):
+        """``a / b`` elementwise (a normalisation by a computed statistic; a division by a constant is a ``mul``)."""
+        return self._emit(name, np.divide(a, b, dtype=np.float32))
+
+    def sqrt(self, x, *, name):
+        return self._emit(name, np.sqrt(np.asarray(x, np.float32)))
+
+    def pow(self, x, exponent: float, *, name):
+        """``x ** exponent`` for a constant scalar ``exponent`` (a variance's square, an RMS norm)."""
+        return self._emit(name, np.power(np.asarray(x, np.float32), np.float32(exponent)))
+
     def relu(self, x, *, name):
         return self._emit(name, np.maximum(x, np.float32(0)))
 

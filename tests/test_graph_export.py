@@ -198,6 +198,11 @@ def test_recording_is_deterministic(small):
 def test_every_op_of_the_contract_is_recorded():
     public = [name for name, member in vars(Ops).items() if callable(member) and not name.startswith("_")]
     assert public and all(name in vars(GraphOps) for name in public)
+    # and the emulator and the graph of its precisions have each of them (none falls back to the FP32 one)
+    from conformance.graphs.precision import PrecisionGraphOps  # noqa: PLC0415
+    from conformance.hardware.ipu.ops import IpuOps  # noqa: PLC0415
+    for kind in (IpuOps, PrecisionGraphOps):
+        assert [name for name in public if name not in vars(kind)] == [], kind.__name__
 
 
 # -- a full-size model on its stored reference samples, through the command ------------------------------------------

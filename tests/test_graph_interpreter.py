@@ -14,6 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conformance.graphs import record
+from conformance.graphs.case import GraphCase
+from conformance.graphs.precision import record_precision
 from conformance.graphs.interpreter import MIN_OPSET, SUPPORTED, Interpreter, InterpreterError
 from conformance.graphs.runtime import relative_error, session
 from conformance.hardware import get_backend
@@ -104,6 +106,60 @@ def test_operators_compute_what_onnxruntime_computes():
     np.testing.assert_array_equal(got["sh"], expected["sh"])
     for key in ("rm", "th", "zero"):
         assert got[key].shape == expected[key].shape and relative_error(got[key], expected[key]) <= 1e-6, key
+
+
+def decomposed_norm_graph():
+    """LayerNorm as exporters below opset 17 write it, then an RMS norm: ReduceMean, Sub, Pow, Add, Sqrt and Div by a
+    computed tensor."""
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("ReduceMean", ["x", "axes"], ["mu"], name="ln.mean", keepdims=1),
+        helper.make_node("Sub", ["x", "mu"], ["xc"], name="ln.centre"),
+        helper.make_node("Pow", ["xc", "two"], ["sq"], name="ln.square"),
+        helper.make_node("ReduceMean", ["sq", "axes"], ["var"], name="ln.var", keepdims=1),
+        helper.make_node("Add", ["var", "eps"], ["ve"], name="ln.eps"),
+        helper.make_node("Sqrt", ["ve"], ["sd"], name="ln.sd"),
+        helper.make_node("Div", ["xc", "sd"], ["y"], name="ln.normalise"),
+        helper.make_node("Div", ["y", "three"], ["y3"], name="third"),  # a constant without an exact reciprocal
+    ]
+    inits = [const("axes", np.int64([-1])), const("two", np.float32(2)), const("eps", np.float32(1e-5)),
+             const("three", np.float32(3))]
+    return make_model(nodes, [helper.make_tensor_value_info("x", f, ["batch", 16])],
+                      [helper.make_tensor_value_info("y3", f, ["batch", 16])], inits)
+
+
+def test_division_square_root_and_power_against_onnxruntime_and_ieee_fp16():
+    model = decomposed_norm_graph()
+    x = (np.random.default_rng(3).standard_normal((5, 16)) * 4 + 1).astype(np.float32)
+    expected = session(model).run(None, {"x": x})[0]
+    got = Interpreter(model.SerializeToString()).run({"x": x}, Ops())["y3"]
+    assert relative_error(got, expected) <= 1e-6
+    # at fp16 every op is IEEE FP16: the exact result of its FP16 operands (float64 holds it closely enough to round
+    # it correctly) rounded to FP16 once
+    half = Interpreter(model.SerializeToString()).run({"x": x}, IPU.prepare(None, "fp16").ops())["y3"]
+    h = lambda v: np.asarray(v, np.float64).astype(np.float16).astype(np.float64)  # noqa: E731
+    xs = h(x)
+    mu = h(xs.mean(axis=-1, keepdims=True))
+    xc = h(xs - mu)
+    var = h(h(xc * xc).mean(axis=-1, keepdims=True))
+    sd = h(np.sqrt(h(var + h(np.float32(1e-5)))))
+    oracle = h(h(xc / sd) / 3.0)
+    np.testing.assert_array_equal(half.astype(np.float64), oracle)
+
+
+def test_division_square_root_and_power_export_as_they_run(tmp_path):
+    """The decomposed norm imported, then written as the graph of the ipu's fp16 (float16 values between the ops):
+    onnxruntime runs it to the emulator's bits (on these inputs the means' summation order changes no FP16 rounding)."""
+    path = tmp_path / "norm.onnx"
+    onnx.save(decomposed_norm_graph(), path)
+    model = GraphCase("norm", path).model
+    recording, _ = record_precision(model, IPU.policy("fp16"), None)
+    x = (np.random.default_rng(4).standard_normal((64, 16)) * 4 + 1).astype(np.float32)
+    emulated = model({"x": x}, IPU.prepare(model, "fp16").ops())["y3"]
+    graph = session(recording.model).run(None, {"x": x})[0]
+    assert [n.op_type for n in recording.model.graph.node if n.op_type in ("Pow", "Sqrt", "Div")] == ["Pow", "Sqrt", "Div", "Div"]
+    np.testing.assert_array_equal(graph, emulated)
+    assert relative_error(emulated, model({"x": x}, Ops())["y3"]) > 1e-4  # and it is FP16, not FP32
 
 
 def test_resnet_graph_ops_conv_pool_batch_norm_against_onnxruntime():

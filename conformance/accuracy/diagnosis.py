@@ -133,7 +133,7 @@ PROBE_INPUT_ELEMENTS = 4096  # input values the probe runs on (at least two samp
 # per value, and data with repeated values (wide&deep's bucketed features, repeated tokens) repeats it, so it need not
 # average out (wide&deep's inputs measure 0.15 with correct rounding). The ops computing from them are probed.
 UNPROBED_KINDS = ("input", "embedding")
-OP_METHODS = ("input", "embedding", "linear", "matmul", "conv2d", "add", "sub", "mul", "relu", "gelu", "sigmoid", "silu",
+OP_METHODS = ("input", "embedding", "linear", "matmul", "conv2d", "add", "sub", "mul", "div", "sqrt", "pow", "relu", "gelu", "sigmoid", "silu",
               "tanh", "glu", "layer_norm", "batch_norm", "softmax", "mean", "max_pool2d")
 
 

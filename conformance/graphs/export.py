@@ -166,6 +166,17 @@ class GraphOps(Ops):
     def mul(self, a, b, *, name):
         return self._binary("Mul", a, b, name, self.values.mul(value_of(a), value_of(b), name=name))
 
+    def div(self, a, b, *, name):
+        return self._binary("Div", a, b, name, self.values.div(value_of(a), value_of(b), name=name))
+
+    def sqrt(self, x, *, name):
+        return self._unary("Sqrt", x, name, self.values.sqrt(value_of(x), name=name))
+
+    def pow(self, x, exponent: float, *, name):
+        value = self.values.pow(value_of(x), exponent, name=name)
+        inputs = [self._f32(x, f"{name}.input"), self.graph.constant(np.asarray(exponent, F32), f"{name}.exponent")]
+        return self._node("Pow", inputs, name, value, _batch_axis(x))
+
     def relu(self, x, *, name):
         return self._unary("Relu", x, name, self.values.relu(value_of(x), name=name))
 

@@ -41,6 +41,12 @@ class InterpreterError(ValueError):
     """A graph the interpreter cannot run as it is (the message names the node or the file and says why)."""
 
 
+def _array(x):
+    """``x`` as an array: as it is when it has a dtype and a shape (a numpy array, or a tensor being recorded into a
+    graph, which must not be converted)."""
+    return x if hasattr(x, "dtype") and hasattr(x, "shape") and hasattr(x, "ndim") else np.asarray(x)
+
+
 def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
@@ -194,7 +200,7 @@ class Interpreter:
         self.check_inputs(inputs)
         values: dict[str, np.ndarray] = dict(self.constants)
         constant = set(self.constants)
-        values.update({name: np.asarray(inputs[name]) for name in self.inputs})
+        values.update({name: _array(inputs[name]) for name in self.inputs})
         users = self._users
         done: set[int] = set()  # ids of the nodes a sub-graph form already ran
         for node, attrs in zip(self._nodes, self._attrs):
@@ -228,7 +234,7 @@ class Interpreter:
         for value in self.model.graph.input:
             if value.name not in self.inputs:
                 continue
-            array = np.asarray(inputs[value.name])
+            array = _array(inputs[value.name])
             kind = value.type.tensor_type.elem_type
             expected_dtype = onnx.helper.tensor_dtype_to_np_dtype(kind)
             dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
@@ -318,8 +324,15 @@ def _div(node, args, attrs, ops, constant, interp):
         reciprocal = (1.0 / np.asarray(b, np.float64)).astype(F32)
         if np.array_equal(1.0 / reciprocal.astype(np.float64), np.asarray(b, np.float64)):  # exact: x / b = x * (1/b)
             return [ops.mul(a, reciprocal, name=_layer(node.name))]
-    raise InterpreterError(f"node {node.name!r}: Div is supported by a constant whose reciprocal is exact in float32 "
-                           "(the ops contract has no division)")
+    return [ops.div(a, b, name=_layer(node.name))]
+
+
+def _pow(node, args, attrs, ops, constant, interp):
+    exponent = np.asarray(args[1]) if node.input[1] in constant else None
+    if exponent is None or exponent.size != 1:
+        raise InterpreterError(f"node {node.name!r}: Pow is supported with a constant scalar exponent (its exponent "
+                               f"{node.input[1]!r} is {'not a constant' if exponent is None else f'of shape {exponent.shape}'})")
+    return [ops.pow(args[0], float(exponent.reshape(())), name=_layer(node.name))]
 
 
 def _unary(method, **fixed):
@@ -472,8 +485,8 @@ def _expand(node, args, attrs, ops, constant, interp):
 _RUN = {
     "Identity": _input_or_pass, "Cast": _input_or_pass,
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
-    "Add": _binary("add"), "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _div,
-    "Relu": _unary("relu"), "Sigmoid": _unary("sigmoid"), "Tanh": _unary("tanh"), "Gelu": _gelu,
+    "Add": _binary("add"), "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _div, "Pow": _pow,
+    "Sqrt": _unary("sqrt"), "Relu": _unary("relu"), "Sigmoid": _unary("sigmoid"), "Tanh": _unary("tanh"), "Gelu": _gelu,
     "Softmax": _softmax, "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
     "ReduceMean": _reduce_mean, "GlobalAveragePool": _global_average_pool, "MaxPool": _max_pool,
     "Gather": _gather,
@@ -499,7 +512,9 @@ def _single_user(value, users, kind):
 def _scalar(values, name, expected) -> bool:
     """Whether value ``name`` is a known constant equal to ``expected`` in float32 (of one element)."""
     value = values.get(name)
-    return value is not None and np.size(value) == 1 and np.float32(np.ravel(value)[0]) == np.float32(expected)
+    if not isinstance(value, (np.ndarray, np.generic)):  # absent, or computed (being recorded into a graph)
+        return False
+    return np.size(value) == 1 and np.float32(np.ravel(value)[0]) == np.float32(expected)
 
 
 def _other(node, name):

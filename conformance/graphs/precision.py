@@ -235,12 +235,21 @@ class PrecisionGraphOps(GraphOps):
     def mul(self, a, b, *, name):
         return self._binary_op("mul", a, b, name)
 
+    def div(self, a, b, *, name):
+        return self._binary_op("div", a, b, name)
+
     def _unary_op(self, op: str, x, name: str, **kwargs):
         self._emulate(op, name, value_of(x), **kwargs)
         return self._round(getattr(super(), op)(self._operand(x, name, "input"), name=name, **kwargs))
 
     def relu(self, x, *, name):
         return self._unary_op("relu", x, name)
+
+    def sqrt(self, x, *, name):
+        return self._unary_op("sqrt", x, name)
+
+    def pow(self, x, exponent: float, *, name):
+        return self._unary_op("pow", x, name, exponent=exponent)
 
     def gelu(self, x, *, approximate="none", name):
         return self._unary_op("gelu", x, name, approximate=approximate)

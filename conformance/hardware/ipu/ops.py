@@ -250,6 +250,17 @@ class IpuOps(Ops):
     def mul(self, a, b, *, name):
         return self._out_op(name, "mul", self._f16(a), self._f16(b))
 
+    def div(self, a, b, *, name):
+        # FP32 division of FP16 operands rounded once to FP16: IEEE FP16 division (FP32 holds the exact quotient's
+        # FP16 rounding unchanged), as the IPU's f16 divide
+        return self._out(name, np.divide(self._f16(a), self._f16(b), dtype=np.float32))
+
+    def sqrt(self, x, *, name):
+        return self._out(name, np.sqrt(self._f16(x)))
+
+    def pow(self, x, exponent: float, *, name):
+        return self._out(name, np.power(self._f16(x), np.float32(exponent)))
+
     def relu(self, x, *, name):
         self.ops_seen.add(name)
         return self._emit(name, self._mark(np.maximum(self._f16(x), np.float32(0))))  # exact on the grid
