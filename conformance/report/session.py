@@ -289,7 +289,10 @@ class ReportSession:
         self.named_regressions.update(getattr(report, NAMED_REGRESSIONS, None) or ())
         self.collector.add(report)
         if report.when == "teardown" and not self.is_worker:
-            self._progress(report.nodeid)
+            # a progress line for the suite's tests and any test that records checks; a project's own tests that run
+            # with the plugin installed get none
+            if self._in_suite(report.nodeid) or any(key == RECORD_KEY for key, _ in report.user_properties):
+                self._progress(report.nodeid)
             report.user_properties = junit_properties(report.user_properties)  # collected: the short form for junitxml
 
     def _progress(self, node_id: str) -> None:
