@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conformance.hardware.devices import ExecutingDevice, ServiceTimeDevice
+from conformance.perf import resident
 from conformance.perf.harness import ScenarioSettings, run_scenario
 
 SERVICE_S = 0.010  # long against thread wake-up jitter (~0.1-1 ms), short enough for quick runs
@@ -96,10 +97,27 @@ def test_a_raising_sut_completes_every_query_and_fails(tmp_path, scenario):
         outcome["result"] = run_scenario(device, settings, tmp_path, max_batch=4, batch_timeout_s=0.001)
         finished.set()
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    resident.start(run, scenario)  # a thread that calls LoadGen must not exit (conformance.perf.resident)
     assert finished.wait(60), f"{scenario}: LoadGen did not return: a raising SUT left queries incomplete"
     result = outcome["result"]
     assert result.sut_errors and "device fault" in result.sut_errors[0]
     assert result.issued == result.completed > 0
 
+
+
+def test_the_threads_that_call_loadgen_outlive_every_run(tmp_path):
+    """The SUT's dispatcher and completer call LoadGen; LoadGen's per-thread logger races with its IO thread when such
+    a thread exits, so they are resident threads that every run reuses: runs in sequence start no new ones, and a task
+    that raises leaves its thread serving."""
+    settings = ScenarioSettings("SingleStream", min_duration_ms=50, min_query_count=8, expected_latency_s=1e-3)
+    answer = lambda indices: [np.zeros(4, np.uint8)] * len(indices)  # noqa: E731
+    run_scenario(ExecutingDevice(answer), settings, tmp_path / "first", max_batch=1)
+    before = resident.started()
+    threads = set()
+    for k in range(3):
+        run_scenario(ExecutingDevice(answer), settings, tmp_path / str(k), max_batch=1)
+        threads |= {t.ident for t in threading.enumerate() if t.name.startswith("loadgen-resident")}
+    assert resident.started() == before and len(threads) == before
+    failing = resident.start(lambda: 1 / 0, "raises")
+    assert failing.join(10) and isinstance(failing.error, ZeroDivisionError)
+    assert resident.start(lambda: None, "after").join(10) and resident.started() == before

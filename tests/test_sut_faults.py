@@ -5,13 +5,13 @@ the real LoadGen and on virtual time. Each run has a time limit (a thread joined
 
 from __future__ import annotations
 
-import threading
 
 import mlperf_loadgen as lg
 import numpy as np
 import pytest
 
 from conformance.hardware.devices import ExecutingDevice, ServiceTimeDevice, check_responses, check_service
+from conformance.perf import resident
 from conformance.perf import sut as sut_module
 from conformance.perf.harness import ScenarioSettings, run_scenario
 from conformance.perf.virtual import simulate_scenario
@@ -81,7 +81,8 @@ class FaultyExecution(ExecutingDevice):
 
 
 def run_limited(function, *args, **kwargs):
-    """``function(*args, **kwargs)`` in a thread; a failure if it has not returned within LIMIT_S (a hang)."""
+    """``function(*args, **kwargs)`` on a resident thread (one that calls LoadGen must not exit: see
+    conformance.perf.resident); a failure if it has not returned within LIMIT_S (a hang)."""
     outcome: dict = {}
 
     def target():
@@ -90,10 +91,9 @@ def run_limited(function, *args, **kwargs):
         except BaseException as exc:  # noqa: BLE001 - reported below
             outcome["error"] = exc
 
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(LIMIT_S)
-    assert not thread.is_alive(), f"{function.__name__} did not return within {LIMIT_S} s: the run hangs"
+    task = resident.start(target, function.__name__)
+    task.join(LIMIT_S)
+    assert not task.is_alive(), f"{function.__name__} did not return within {LIMIT_S} s: the run hangs"
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]

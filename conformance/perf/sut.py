@@ -4,7 +4,7 @@
 :class:`BatchingSUT` is what LoadGen talks to: ``issue_queries`` only enqueues; a dispatcher thread waits until the
 device can take work, then forms a batch of up to ``max_batch`` queued samples (waiting up to ``batch_timeout_s`` after
 the oldest one for more, in the Server scenario) and hands it to the device; completions are reported to LoadGen from
-a completer thread at their due time.
+a completer thread at their due time (both resident threads, reused by every run: :mod:`conformance.perf.resident`).
 
 Every issued sample is completed exactly once, whatever happens: LoadGen waits for every sample it issued, so one
 that is never completed hangs the run, and a Python exception that reaches LoadGen's C++ frames crashes the process.
@@ -30,6 +30,7 @@ import mlperf_loadgen as lg
 import numpy as np
 
 from conformance.hardware.devices import EMPTY_RESPONSE, Device, MalformedResponses, check_responses
+from conformance.perf import resident
 
 
 @dataclass
@@ -66,11 +67,10 @@ class BatchingSUT:
         self._due_cond = threading.Condition()
         self._count_lock = threading.Lock()
         self._stop = False
-        self._threads = [threading.Thread(target=self._dispatch, name=f"{name}-dispatch", daemon=True),
-                         threading.Thread(target=self._complete_due, name=f"{name}-complete", daemon=True)]
         self.sut = lg.ConstructSUT(self.issue_queries, self.flush_queries)
-        for thread in self._threads:
-            thread.start()
+        # resident threads: a thread that called LoadGen must not exit while LoadGen lives (conformance.perf.resident)
+        self._threads = [resident.start(self._dispatch, f"{name}-dispatch"),
+                         resident.start(self._complete_due, f"{name}-complete")]
 
     @property
     def device_label(self) -> str:
