@@ -54,15 +54,18 @@ def test_multistream_query_latency_is_one_batch(tmp_path):
 
 
 def test_server_within_capacity_is_valid_and_beyond_capacity_invalid(tmp_path):
+    """On the host's clock: the latency bound (1 s, 100 batches' service time) is far above what a loaded host adds to
+    a run within capacity, and far below the backlog that three times the capacity builds in 1.5 s (over 3 s)."""
     batch = 4
     capacity = batch / SERVICE_S  # 400 samples/s
+    bound_ms = 1000
     ok = run_scenario(constant(), ScenarioSettings("Server", min_duration_ms=1500, min_query_count=300,
-                                                   target_qps=0.4 * capacity, server_latency_ms=100),
+                                                   target_qps=0.4 * capacity, server_latency_ms=bound_ms),
                       tmp_path / "ok", max_batch=batch, batch_timeout_s=0.005)
     assert ok.checks["perf_constraints"] is True, ok.invalid_reason
-    assert ok.details["result_99.00_percentile_latency_ns"] / 1e6 < 100
+    assert ok.details["result_99.00_percentile_latency_ns"] / 1e6 < bound_ms
     over = run_scenario(constant(), ScenarioSettings("Server", min_duration_ms=1500, min_query_count=300,
-                                                     target_qps=2.0 * capacity, server_latency_ms=100),
+                                                     target_qps=3.0 * capacity, server_latency_ms=bound_ms),
                         tmp_path / "over", max_batch=batch, batch_timeout_s=0.005)
     assert not over.valid
     assert over.checks["perf_constraints"] is False
