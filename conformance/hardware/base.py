@@ -94,6 +94,13 @@ class Backend(abc.ABC):
                              f"{', '.join(self.chips)}")
         self.chip = chip or (self.chips[0] if self.chips else None)
 
+    def unavailable(self) -> str | None:
+        """Why this backend cannot run here (a runtime or driver it needs is missing: say what and how to get it);
+        None when it can. A run that chooses it stops with this as a usage error before any test. The backend's
+        class and constructor must work without what it needs to run: the suite reads every registered backend's
+        precisions and data files, whichever hardware runs."""
+        return None
+
     def check_precision(self, precision: str) -> None:
         if precision not in self.precisions:
             raise ValueError(

@@ -51,6 +51,9 @@ def check_targets_runnable(settings: RunSettings) -> None:
 
 
 def check_runnable(settings: RunSettings) -> None:
+    reason = settings.backend.unavailable()
+    if reason:
+        raise SettingsError(f"--hardware {settings.hardware}: {reason}")
     check_data_files()
     accuracy_targets.check_complete(settings.backend, settings.models)
     check_targets_runnable(settings)

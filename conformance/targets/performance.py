@@ -20,6 +20,7 @@ from conformance.hardware import hardware_names, hardware_precisions
 from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
 from conformance.targets import DataFileError, Schema, backend_files, fail, read_toml, validate
 from conformance.targets.bounds import MAX_BATCH, MAX_LATENCY_MS, MAX_QUERIES, MAX_RATE, count, non_negative, positive
+from conformance.targets.profiles import PROFILE_NAMES
 from models import MODEL_NAMES
 
 PERFORMANCE_FILE = Path(__file__).with_name("performance.toml")
@@ -101,7 +102,7 @@ def _schemas() -> tuple[type[Schema], type[Schema]]:
     backend = create_model("BackendPerformanceFile", __base__=Schema,
                            targets=(dict[ModelName, dict[str, dict[str, ScenarioTargets]]], {}),
                            max_batch=(dict[ModelName, count(MAX_BATCH)], {}),
-                           profiles=(dict[Literal["smoke", "default", "full"], profile], {}))
+                           profiles=(dict[Literal[PROFILE_NAMES], profile], {}))
     return suite, backend
 
 
