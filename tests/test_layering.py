@@ -25,6 +25,8 @@ LAYERS = {
     "conformance.perf": 1,
     "conformance.report": 1,
     "conformance.targets": 1,
+    # a backend that runs the suite's graphs on an engine (graphs must not import it back)
+    "conformance.hardware.onnxruntime": 1,
     "conformance.hardware": 2,
     "conformance.distributed": 2,  # the engine that runs an accuracy run's batches as tasks
     "conformance.numerics": 3,  # the emulator's formats and kernels (float partials: the models' FP32 convolution)

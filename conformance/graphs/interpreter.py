@@ -273,7 +273,7 @@ def _input_or_pass(node, args, attrs, ops, constant, interp):
         if interp.is_input(node.input[0]) and to == onnx.TensorProto.FLOAT:
             return [ops.input(x.astype(dtype), name=_layer(node.name))]
         return [x.astype(dtype)]
-    if interp.is_input(node.input[0]) and np.asarray(x).dtype == F32:
+    if interp.is_input(node.input[0]) and _array(x).dtype == F32:
         return [ops.input(x, name=_layer(node.name))]
     return [x]
 

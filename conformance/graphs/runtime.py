@@ -10,9 +10,13 @@ import onnxruntime
 PROVIDERS = ["CPUExecutionProvider"]
 
 
-def session(graph, threads: int | None = None) -> onnxruntime.InferenceSession:
-    """An onnxruntime CPU session of ``graph`` (a serialised ModelProto, a ModelProto or a path)."""
+def session(graph, threads: int | None = None, *, as_written: bool = False) -> onnxruntime.InferenceSession:
+    """An onnxruntime CPU session of ``graph`` (a serialised ModelProto, a ModelProto or a path). ``as_written``: no
+    graph optimisations, so every node runs as the graph states it (onnxruntime's default optimisations remove
+    float16 Cast pairs, i.e. roundings a precision's graph states on purpose)."""
     options = onnxruntime.SessionOptions()
+    if as_written:
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads is not None:
         options.intra_op_num_threads = threads
     if hasattr(graph, "SerializeToString"):
