@@ -22,6 +22,7 @@ from conformance.accuracy.evaluation import (
     evaluate,
     measure_probes,
     probe_samples,
+    reference_on_engine,
     run_on_engine,
     wants_probe,
     worst_samples,
@@ -74,13 +75,14 @@ class AccuracyRuns:
         self._references: dict[str, tuple[dict, dict]] = {}
         self._runs: dict[tuple[str, str], dict] = {}
         self.cached: dict[str, bool] = {}  # user's models: whether their FP32 outputs came from the cache
-        self.sources: dict[str, dict] = {}  # stored models: the rows read from the reference file and computed here
+        self.sources: dict[str, dict] = {}  # stored models: the rows read from the reference file and computed
+        self.fp32_runs: dict[str, dict] = {}  # the engine's stats of the FP32 outputs computed, by model
         self._engine = None
 
     def engine(self):
-        """What runs the hardware's batches (made on first use): in this process, or with ``workers`` local worker
-        processes or on the ``cluster`` at an address, keeping every computed batch in the cache directory so that an
-        interrupted run resumes (:mod:`conformance.distributed`)."""
+        """What runs the FP32 and hardware batches (made on first use): in this process, or with ``workers`` local
+        worker processes or on the ``cluster`` at an address, keeping every computed batch in the cache directory so
+        that an interrupted run resumes (:mod:`conformance.distributed`)."""
         if self._engine is None:
             workers, cluster = self.settings.workers, self.settings.cluster
             distributed = workers is not None or cluster is not None
@@ -120,21 +122,34 @@ class AccuracyRuns:
 
     def reference(self, name: str) -> tuple[dict, dict]:
         """(inputs, FP32 outputs) of the first ``count`` evaluation samples: stored outputs (checked against the
-        samples they were computed on), and FP32 computed here for samples beyond the stored ones, recorded in
-        ``sources``; a user's model: computed (or cached) outputs of its inputs."""
+        samples they were computed on), and FP32 computed for samples beyond the stored ones, recorded in
+        ``sources``; a user's model: computed (or cached) outputs of its inputs. What is computed runs as batches of
+        the engine, like the hardware's runs (:meth:`fp32`)."""
         if name not in self._references:
-            if name in self.user_cases:
+            if name in self.settings.onnx:  # an imported graph's FP32 outputs come from onnxruntime, uncached
                 case = self.user_cases[name]
                 inputs = case.inputs(self.count(name))
-                # an imported graph's FP32 outputs come from onnxruntime, uncached
-                cache = None if name in self.settings.onnx else OutputCache(self.settings.cache_dir)
-                outputs, self.cached[name] = case.reference(inputs, self.batch_size(name), cache)
-                self._references[name] = (inputs, outputs)
-                return self._references[name]
-            model = self.model_store.get(name)
-            inputs, outputs, self.sources[name] = reference.outputs_for(model, self.count(name), self.batch_size(name))
+                outputs, self.cached[name] = case.reference(inputs, self.batch_size(name))
+            elif name in self.user_cases:
+                case = self.user_cases[name]
+                inputs = case.inputs(self.count(name))
+                outputs, self.cached[name] = case.reference(inputs, self.batch_size(name),
+                                                            OutputCache(self.settings.cache_dir),
+                                                            lambda given: self.fp32(name, case.model, given))
+            else:
+                model = self.model_store.get(name)
+                inputs, outputs, self.sources[name] = reference.outputs_for(
+                    model, self.count(name), self.batch_size(name), compute=lambda given: self.fp32(name, model, given))
             self._references[name] = (inputs, outputs)
         return self._references[name]
+
+    def fp32(self, name: str, model, inputs: dict) -> dict:
+        """FP32 outputs of ``model`` over ``inputs``, computed as batches of the engine (the bits of
+        ``models.run_batched``); what the run did is kept for the records (``fp32_runs``)."""
+        outputs, stats = reference_on_engine(self.engine(), name, model, inputs, self.batch_size(name),
+                                             progress=self.progress)
+        self.fp32_runs[name] = stats.as_dict()
+        return outputs
 
     def hardware(self, name: str, precision: str, *, probe: bool = False) -> dict:
         """The hardware's outputs at ``precision``, what prepared them (ops with the same numerics: FP8 scales), the
@@ -227,8 +242,9 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
     if settings.report_dir is not None:
         _write_artifacts(settings, name, precision, ref, hw)
 
+    engine = {**run["engine"], "fp32_reference": accuracy_runs.fp32_runs.get(name)}  # None: no FP32 computed
     common = {"samples": count, "calibration_s": round(run["calibration_s"], 3), "run_s": round(run["run_s"], 3),
-              "tensor_metrics": current.tensor, "engine": run["engine"], **probe_details}
+              "tensor_metrics": current.tensor, "engine": engine, **probe_details}
     common.update(run["details"])
     if name in user_cases:
         common["judged"] = {**user_cases[name].judged(), "fp32_outputs_cached": accuracy_runs.cached.get(name)}

@@ -19,7 +19,17 @@ import numpy as np
 import pytest
 
 from conformance.accuracy import reference
-from conformance.accuracy.evaluation import HardwareWork, hardware_batch, hardware_batches, run_hardware, run_on_engine
+from conformance.accuracy.evaluation import (
+    REFERENCE_JOB,
+    HardwareWork,
+    hardware_batch,
+    hardware_batches,
+    reference_batch,
+    reference_batches,
+    reference_on_engine,
+    run_hardware,
+    run_on_engine,
+)
 from conformance.distributed import (
     BatchStore,
     DaskEngine,
@@ -32,13 +42,15 @@ from conformance.distributed import (
     fingerprint,
     make_engine,
 )
+from conformance.datasets.user import load_cases
 from conformance.distributed import cluster as cluster_module
 from conformance.distributed import engine as engine_module
 from conformance.hardware import get_backend
 from conformance.targets.profiles import load_profiles
 from conformance.test_accuracy import AccuracyRuns
-from models import MODEL_NAMES, load_model
-from models.seeds import WEIGHT_SEED
+from models import MODEL_NAMES, load_model, run_batched
+from models.seeds import EVAL_SEED, WEIGHT_SEED
+from tests.test_dataset_criteo import criteo_lines
 
 SMOKE = load_profiles()["smoke"]
 REPO = Path(__file__).resolve().parents[1]
@@ -225,17 +237,18 @@ def test_a_killed_worker_costs_time_not_results(workers, tmp_path, monkeypatch):
 
 
 class _Interrupt:
-    """hardware_batch that stops the run (as Ctrl-C does) once it has computed ``after`` batches."""
+    """``compute`` (a batch's task) that stops the run (as Ctrl-C does) once it has computed ``after`` batches."""
 
-    def __init__(self, after: int):
+    def __init__(self, after: int, compute=hardware_batch):
         self.after = after
+        self.compute = compute
         self.calls = 0
 
     def __call__(self, work, inputs, options):
         if self.calls == self.after:
             raise KeyboardInterrupt
         self.calls += 1
-        return hardware_batch(work, inputs, options)
+        return self.compute(work, inputs, options)
 
 
 def test_an_interrupted_run_resumes_and_recomputes_nothing_it_has(tmp_path, workers, monkeypatch):
@@ -256,6 +269,113 @@ def test_an_interrupted_run_resumes_and_recomputes_nothing_it_has(tmp_path, work
     assert on_workers.stats.computed == 0 and on_workers.stats.stored == len(batches)
     _same(run_on_engine(Engine(), "widedeep-fp8", model, prepared, inputs, batch, probe=True), resumed)
     _same(resumed, on_workers)
+
+
+# -- the FP32 reference ------------------------------------------------------------------------------------------------
+def _beyond_the_stored(name: str, extra: int) -> tuple[object, int]:
+    """The model and a sample count ``extra`` samples beyond its stored reference."""
+    return load_model(name, seed=WEIGHT_SEED), reference.evaluation_count(name) + extra
+
+
+def test_two_workers_give_the_fp32_reference_bits_of_a_serial_run(workers):
+    """wide&deep's FP32 outputs beyond the stored reference (its samples at 1000 rows more are other draws than the
+    stored ones: every row is computed) on two workers: the bits of the serial engine's and of ``run_batched``, in the
+    rows ``outputs_for`` puts them."""
+    model, count = _beyond_the_stored("widedeep", 1000)
+    batch = 256
+    serial = reference.outputs_for(model, count, batch)  # run_batched in this process, as before the engine
+    stored = serial[2]["stored_rows"]
+    runs = []
+
+    def on_workers(inputs):
+        outputs, stats = reference_on_engine(workers, "widedeep", model, inputs, batch)
+        runs.append(stats)
+        return outputs
+
+    spread = reference.outputs_for(model, count, batch, compute=on_workers)
+    assert spread[2] == serial[2] and serial[2]["computed_rows"] == count - stored > 0
+    for key in serial[1]:
+        assert np.array_equal(serial[1][key], spread[1][key]), key
+    batches = len(reference_batches(count - stored, batch))
+    assert [(s.engine, s.workers, s.computed, s.stored) for s in runs] == [("dask", 2, batches, 0)] and batches > 2
+    rest = {k: v[stored:] for k, v in serial[0].items()}
+    alone = reference_on_engine(make_engine(), "widedeep", model, rest, batch)[0]
+    assert all(np.array_equal(alone[k], run_batched(model, rest, batch)[k]) for k in alone)
+
+
+def test_an_interrupted_fp32_reference_run_resumes_from_its_stored_batches(tmp_path, workers, monkeypatch):
+    """A run stopped after two of its FP32 batches keeps them; the next run reads them and computes the rest, a run
+    on workers reads every batch, and both give run_batched's bits."""
+    model = load_model("widedeep", seed=WEIGHT_SEED)
+    batch = 256
+    inputs = model.sample_inputs(1500, seed=EVAL_SEED)
+    batches = reference_batches(1500, batch)
+    store = BatchStore(tmp_path)
+    job = Job(f"widedeep-{REFERENCE_JOB}", model, _Interrupt(after=2, compute=reference_batch),
+              fingerprint((REFERENCE_JOB, model)))
+    with pytest.raises(KeyboardInterrupt):
+        Engine(store).run(job, inputs, batches)
+    assert len(list(tmp_path.rglob("*.npz"))) == 2
+    resumed, stats = reference_on_engine(Engine(store), "widedeep", model, inputs, batch)
+    assert (stats.stored, stats.computed) == (2, len(batches) - 2)
+    monkeypatch.setattr(workers, "store", store)
+    again, stats = reference_on_engine(workers, "widedeep", model, inputs, batch)
+    assert (stats.stored, stats.computed) == (len(batches), 0)
+    expected = run_batched(model, inputs, batch)
+    for key in expected:
+        assert np.array_equal(resumed[key], expected[key]) and np.array_equal(again[key], expected[key]), key
+
+
+def _runs(engine, count: int, batch: int, user_cases: dict | None = None, cache_dir: Path | None = None
+          ) -> AccuracyRuns:
+    """The accuracy tests' runs of widedeep at ``count`` samples (or a user's case's) in batches of ``batch``, on
+    ``engine``."""
+    profile = SimpleNamespace(batch_size={"widedeep": batch})
+    settings = SimpleNamespace(onnx={}, cache_dir=cache_dir, workers=None, cluster=None, profile_data=profile,
+                               sample_count=lambda name: count)
+    models = SimpleNamespace(get=lambda name: load_model(name, seed=WEIGHT_SEED))
+    runs = AccuracyRuns(settings, get_backend("ipu"), models, user_cases or {}, None)
+    runs._engine = engine
+    return runs
+
+
+def test_the_accuracy_tests_compute_their_fp32_reference_on_the_engine(tmp_path, workers, monkeypatch):
+    """The FP32 outputs an accuracy test computes beyond the stored reference are batches of its engine: two workers
+    give the serial engine's bits and keep each batch; a later run reads them all."""
+    count, batch = reference.evaluation_count("widedeep") + 1024, 1024
+    serial = _runs(Engine(), count, batch)
+    monkeypatch.setattr(workers, "store", BatchStore(tmp_path))
+    spread, again = _runs(workers, count, batch), _runs(workers, count, batch)
+    (inputs, expected), (_, outputs), (_, read) = serial.reference("widedeep"), spread.reference("widedeep"), \
+        again.reference("widedeep")
+    assert len(next(iter(inputs.values()))) == count
+    for key in expected:
+        assert np.array_equal(expected[key], outputs[key]) and np.array_equal(expected[key], read[key]), key
+    batches = serial.fp32_runs["widedeep"]["batches"]
+    assert batches == len(reference_batches(serial.sources["widedeep"]["computed_rows"], batch)) >= 2
+    stats = [r.fp32_runs["widedeep"] for r in (serial, spread, again)]
+    assert [(s["engine"], s["computed"], s["from_store"]) for s in stats] == \
+        [("serial", batches, 0), ("dask", batches, 0), ("dask", 0, batches)]
+    assert len(list((tmp_path / "batches" / f"widedeep-{REFERENCE_JOB}").rglob("*.npz"))) == batches
+
+
+def test_a_users_fp32_outputs_are_computed_on_the_engine(tmp_path, workers):
+    """A user's data set (12 Criteo rows, batches of 4): its FP32 outputs are batches of the engine, two workers give
+    the serial engine's bits, and the whole-output cache of a user's case still answers a later run."""
+    path = tmp_path / "day_23.tsv"
+    path.write_text("\n".join(criteo_lines(12)) + "\n")
+    cases = load_cases(("widedeep",), {}, {"widedeep": path}, {})
+    serial = _runs(Engine(), 0, 4, cases, tmp_path / "serial")
+    spread = _runs(workers, 0, 4, cases, tmp_path / "spread")
+    (inputs, expected), (_, outputs) = serial.reference("widedeep"), spread.reference("widedeep")
+    assert len(next(iter(inputs.values()))) == 12
+    assert all(np.array_equal(expected[k], outputs[k]) for k in expected) and sorted(expected) == sorted(outputs)
+    assert all(np.array_equal(expected[k], run_batched(cases["widedeep"].model, inputs, 4)[k]) for k in expected)
+    assert (serial.fp32_runs["widedeep"]["engine"], spread.fp32_runs["widedeep"]["engine"]) == ("serial", "dask")
+    assert spread.fp32_runs["widedeep"]["computed"] == 3 and spread.cached["widedeep"] is False
+    again = _runs(workers, 0, 4, cases, tmp_path / "spread")
+    again.reference("widedeep")
+    assert again.cached["widedeep"] is True and "widedeep" not in again.fp32_runs  # nothing computed
 
 
 # -- progress ---------------------------------------------------------------------------------------------------------
@@ -316,7 +436,8 @@ def _figures(record: dict) -> dict:
 
 def test_the_main_job_on_workers_and_on_a_cluster_gives_the_serial_records(tmp_path, workers):
     """``--workers 2`` gives the records of a serial run (values, targets, verdicts, details but host facts), computing
-    every batch and keeping it; a second run with ``--cluster`` on the same cache directory reads every batch."""
+    every batch and keeping it; a second run with ``--cluster`` on the same cache directory reads every batch. The
+    smoke profile's rows are all in the stored reference: no FP32 batch is computed."""
     cache = str(tmp_path / "cache")
     serial = _main_job(tmp_path, "serial")
     spread = _main_job(tmp_path, "workers", "--workers", "2", "--cache-dir", cache)
@@ -329,6 +450,8 @@ def test_the_main_job_on_workers_and_on_a_cluster_gives_the_serial_records(tmp_p
         assert (first["engine"], first["workers"], first["from_store"]) == ("dask", 2, 0)
         assert first["computed"] == first["batches"] == second["from_store"] == second["batches"] >= 2
         assert second["computed"] == 0 and second["lost_workers"] == []
+        assert all(r["details"]["engine"]["fp32_reference"] is None
+                   for r in (record, spread["records"][key], again["records"][key]))
     stored = list((tmp_path / "cache" / "batches").rglob("*.npz"))
     assert len(stored) == sum(r["details"]["engine"]["batches"] for r in
                               {(r["model"], r["precision"]): r for r in spread["records"].values()}.values())

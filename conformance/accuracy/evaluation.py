@@ -219,6 +219,36 @@ def run_on_engine(engine: Engine, name: str, model, prepared, inputs: dict, batc
     return HardwareRun(outputs, local, merge_details([r[1]["details"] for r in results]), stats)
 
 
+def reference_batch(model, inputs: dict, options: dict) -> tuple[dict, dict]:
+    """One batch of FP32 reference outputs (a task of the engine): the model on its own FP32 ops, as
+    :func:`models.run_batched` computes each batch."""
+    return model(inputs), {}
+
+
+def reference_batches(count: int, batch_size: int) -> list[Batch]:
+    """The batches of an FP32 reference run over ``count`` samples: those of :func:`models.run_batched`."""
+    return [Batch(start, min(start + batch_size, count)) for start in range(0, count, batch_size)]
+
+
+# what the fingerprint of an FP32 reference job holds beside the model (a hardware job's holds its prepared ops)
+REFERENCE_JOB = "fp32-reference"
+
+
+def reference_on_engine(engine: Engine, name: str, model, inputs: dict, batch_size: int, *,
+                        progress: Callable[[str], None] | None = None) -> tuple[dict, RunStats]:
+    """The FP32 outputs of ``model`` over ``inputs`` in the batches of :func:`models.run_batched` (the same bits), run
+    as tasks of ``engine`` like a hardware run's (the model sent to each worker once, batches the engine's store has
+    read, not computed), and what the run did. ``name`` names the job (``<model>-fp32-reference``) in the store and
+    in progress lines."""
+    count = len(next(iter(inputs.values())))
+    if count == 0:
+        raise ValueError(f"{name}: an FP32 reference run needs at least one sample")
+    identity = fingerprint((REFERENCE_JOB, model)) if engine.store is not None else ""
+    results, stats = engine.run(Job(f"{name}-{REFERENCE_JOB}", model, reference_batch, identity), inputs,
+                                reference_batches(count, batch_size), progress)
+    return {k: np.concatenate([r[0][k] for r in results]) for k in results[0][0]}, stats
+
+
 def measure_probes(gates, current: MetricSet, local: list | None, samples: int,
                    op_checks: Callable[[], tuple[int, dict] | None] | None = None) -> dict:
     """Put the probe metrics ``gates`` ask for into ``current``, from the local errors of a probe run on ``samples``

@@ -10,7 +10,7 @@ samples and the SHA-256 of each sample's inputs (``__reference__`` and ``__sampl
 regular file, header first) and used only when all of it matches the manifest, the model asked for, its evaluation
 samples and their count: another model's outputs, a file with fewer rows, outputs of other samples are refused naming
 the file, never replaced by outputs computed on the spot. Samples beyond the stored ones (``--samples`` above the
-reference count) are computed in FP32 and said so (:func:`outputs_for`).
+reference count) are computed in FP32 (on the run's engine in the accuracy tests) and said so (:func:`outputs_for`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -279,11 +280,14 @@ def check_files(names, directory: Path | None = None) -> None:
         _load(name, _directory(directory))
 
 
-def outputs_for(model, count: int, batch_size: int, directory: Path | None = None
+def outputs_for(model, count: int, batch_size: int, directory: Path | None = None,
+                compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
     """(inputs, FP32 outputs, where they came from) of the first ``count`` evaluation samples of ``model``: the stored
     outputs (checked as :func:`load` checks them), and beyond the stored samples (``count`` above the reference count)
-    FP32 computed here on the samples whose hashes differ from the stored ones. ``source`` says how many rows of each."""
+    FP32 computed on the samples whose hashes differ from the stored ones, by ``compute(inputs)`` (default: in this
+    process, in batches of ``batch_size``; the accuracy tests pass their engine's run). ``source`` says how many rows
+    of each."""
     directory = _directory(directory)
     stored = load(model.name, directory, model=model)
     have = len(next(iter(stored.values())))
@@ -294,7 +298,8 @@ def outputs_for(model, count: int, batch_size: int, directory: Path | None = Non
     inputs = model.sample_inputs(count, seed=EVAL_SEED)
     same = (sample_hashes({k: v[:have] for k, v in inputs.items()}) == hashes).all(axis=1)
     kept = int(np.argmin(same)) if not same.all() else have  # the stored rows that are the same samples
-    rest = run_batched(model, {k: v[kept:] for k, v in inputs.items()}, batch_size)
+    rest = {k: v[kept:] for k, v in inputs.items()}
+    rest = compute(rest) if compute is not None else run_batched(model, rest, batch_size)
     outputs = {k: np.concatenate([stored[k][:kept], rest[k]]) for k in stored}
     source.update(stored_rows=kept, computed_rows=count - kept)
     return inputs, outputs, source

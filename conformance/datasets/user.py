@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,13 +148,18 @@ class UserCase:
         """Inputs the FP8 input scales are calibrated on: the ``--calibration`` data, or None (the backend's own)."""
         return None if self.calibration is None else self.calibration.inputs
 
-    def reference(self, inputs: dict[str, np.ndarray], batch_size: int, cache: OutputCache) -> tuple[dict, bool]:
-        """FP32 outputs of ``inputs`` (from the cache when the same checkpoint, data and code made them before)."""
+    def reference(self, inputs: dict[str, np.ndarray], batch_size: int, cache: OutputCache,
+                  compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
+                  ) -> tuple[dict, bool]:
+        """FP32 outputs of ``inputs`` (from the cache when the same checkpoint, data and code made them before), else
+        computed by ``compute(inputs)`` (default: in this process, in batches of ``batch_size``; the accuracy tests
+        pass their engine's run)."""
         data = self.evaluation.provenance if self.evaluation is not None else {
             "format": "synthetic", "seed": EVAL_SEED, "count": len(next(iter(inputs.values())))}
         checkpoint = self.checkpoint["files"] if self.checkpoint else {"seeded_weights": WEIGHT_SEED}
         key = entry_key(self.name, checkpoint, {**data, "config": config_summary(self.model)})
-        return cache.get_or_compute(self.name, key, lambda: run_batched(self.model, inputs, batch_size),
+        run = compute if compute is not None else (lambda given: run_batched(self.model, given, batch_size))
+        return cache.get_or_compute(self.name, key, lambda: run(inputs),
                                     names=self.model.output_names, rows=len(next(iter(inputs.values()))))
 
 

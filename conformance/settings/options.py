@@ -122,18 +122,25 @@ def parse_model_path(value: str) -> tuple[str, Path]:
     return model, parse_path(path.strip())
 
 
-def parse_sample_cap(value: str) -> tuple[str, int]:
-    """``--samples``: ``N`` (every model) or ``MODEL=N``, N a positive integer of at most the samples a file holds."""
+ALL_SAMPLES = "all"  # --samples all / MODEL=all: the whole of a user's data set
+
+
+def parse_sample_cap(value: str) -> tuple[str, int | str]:
+    """``--samples``: ``N`` (every model) or ``MODEL=N``, N a positive integer of at most the samples a file holds, or
+    ``all`` / ``MODEL=all`` (:data:`ALL_SAMPLES`: checked against the data sets by :func:`check_samples`)."""
     name, sep, count = value.rpartition("=")
     try:
         model = canonical_name(name.strip()) if sep else "*"
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+    if count.strip() == ALL_SAMPLES:
+        return model, ALL_SAMPLES
     try:
         number = _integer(count, 1, MAX_SAMPLES)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{value!r}: expected N or MODEL=N with N a positive integer of at most "
-                                         f"{MAX_SAMPLES:,} ({exc})") from None
+                                         f"{MAX_SAMPLES:,} ({exc}), or {ALL_SAMPLES} / MODEL={ALL_SAMPLES} for the "
+                                         "whole of a data set given with --dataset") from None
     return model, number
 
 
@@ -291,6 +298,31 @@ def _per_model(flag: str):
     return check
 
 
+def check_samples(pairs, settled: Settled) -> dict[str, int]:
+    """``--samples``: the caps by model (``*``: every model). ``all`` asks for the whole of a user's data set, which
+    is what a data set runs without a cap: a model it applies to without ``--dataset`` is a usage error naming it;
+    otherwise it caps nothing, and a global ``N`` given beside it is spelled out for the other selected models."""
+    given = _per_model("--samples")(pairs, settled)
+    if ALL_SAMPLES not in given.values():
+        return given
+    models, datasets = settled.fields["models"], settled.fields["datasets"]
+    whole = [name for name in dict.fromkeys([*models, *given]) if name != "*"
+             and given.get(name, given.get("*")) == ALL_SAMPLES]
+    without = [name for name in whole if name not in datasets]
+    if without:
+        shown = ALL_SAMPLES if given.get("*") == ALL_SAMPLES else ", ".join(f"{n}={ALL_SAMPLES}" for n in without)
+        model = without[0] if len(without) == 1 else "MODEL"
+        raise SettingsError(f"--samples {shown}: {ALL_SAMPLES} means the whole of a user's data set, and "
+                            f"{', '.join(without)} {'has' if len(without) == 1 else 'have'} none; give --dataset "
+                            f"{model}=PATH, or a number of synthetic samples (--samples {model}=N; default: the "
+                            "profile's)")
+    caps = {name: value for name, value in given.items() if value != ALL_SAMPLES}
+    if "*" in caps:
+        every = caps.pop("*")
+        caps = {**{name: every for name in models if name not in whole}, **caps}
+    return caps
+
+
 def check_cluster(address: str | None, settled: Settled) -> str | None:
     """``--cluster``: not with ``--workers`` (one engine runs the batches)."""
     if address is not None and settled.fields["workers"] is not None:
@@ -414,8 +446,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--allow-unused-weights", "judge a --checkpoint whose model.safetensors holds tensors its config.json does "
            "not use (by default a usage error naming them); the report lists them", _switch, switch=True),
     Option("--samples", "accuracy samples per model (a data set: at most N of its questions/images/triplets/rows, "
-           "default all; otherwise N synthetic samples, default the profile's); repeatable", _per_model("--samples"),
-           parse=parse_sample_cap, repeatable=True, metavar="N|MODEL=N"),
+           "default all; otherwise N synthetic samples, default the profile's); all or MODEL=all: the whole of the "
+           "--dataset (a usage error for a model without one); repeatable", check_samples,
+           parse=parse_sample_cap, repeatable=True, metavar="N|MODEL=N|all"),
     Option("--workers", "run the accuracy tests' batches on N local worker processes (Dask), each computed batch "
            f"kept in the cache directory so that an interrupted run resumes; N from 1 to {MAX_WORKERS}, not with "
            "pytest-xdist's -n (default: in the test's process)", _as_given, parse=parse_workers, metavar="N"),

@@ -21,7 +21,7 @@ from conformance.targets.bounds import MAX_DURATION_MS, MAX_QUERIES, MAX_SAMPLES
 from models import MODEL_NAMES
 
 PROFILES_FILE = Path(__file__).with_name("profiles.toml")
-PROFILE_NAMES = ("smoke", "default", "full")
+PROFILE_NAMES = ("smoke", "default", "full", "release")
 
 
 class ProfilesError(DataFileError):
