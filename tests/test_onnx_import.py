@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conformance.graphs.case import GraphCase, GraphCaseError
+from conformance.graphs.case import ALL, DRAWN_SAMPLES, DataSource, GraphCase, GraphCaseError, TaskView
 from conformance.graphs.interpreter import Interpreter, InterpreterError
 from conformance.graphs.runtime import max_relative_error, run, session
 from conformance.hardware import get_backend
@@ -133,6 +133,143 @@ def test_npz_inputs_and_calibration_are_used(graphs, tmp_path):
     assert prepared.plan.calibration["samples"] == 5 and prepared.plan.calibration["inputs"] == "given"
 
 
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory) -> Path:
+    """Twelve noise images of ten classes in the images reader's format (a folder with val_map.txt)."""
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(folder / f"im{i}.png")
+        lines.append(f"im{i}.png {i % 10}")
+    (folder / "val_map.txt").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_samples_sets_the_drawn_inputs_and_caps_a_npz(graphs, tmp_path):
+    assert GraphCase("vit", graphs["vit"]).count() == DRAWN_SAMPLES
+    drawn = GraphCase("vit", graphs["vit"], samples=5)
+    assert drawn.count() == 5 and len(drawn.inputs(drawn.count())["pixel_values"]) == 5
+    ids = np.random.default_rng(3).integers(0, 100, (7, 16))
+    np.savez(tmp_path / "in.npz", input_ids=ids)
+    capped = GraphCase("distilbert", graphs["distilbert"], tmp_path / "in.npz", samples=3)
+    np.testing.assert_array_equal(capped.inputs(capped.count())["input_ids"], ids[:3])
+    assert capped.judged()["dataset"]["rows"] == 3 and capped.judged()["dataset"]["rows_in_file"] == 7
+    whole = GraphCase("distilbert", graphs["distilbert"], tmp_path / "in.npz", samples=ALL)
+    assert whole.count() == 7
+
+
+def test_samples_and_task_data_reach_the_graph_case_from_the_command_line(graphs, image_folder):
+    from tests.test_settings import _settle
+
+    drawn = _settle("--onnx", f"vit={graphs['vit']}", "--samples", "5").onnx["vit"]
+    assert drawn.count() == 5 and drawn.evaluation is None
+    given = _settle("--onnx", f"vit={graphs['vit']}", "--samples", "3", "--samples", "vit=all", "--dataset",
+                    f"vit=resnet50:{image_folder}", "--calibration", f"vit=resnet50:{image_folder}").onnx["vit"]
+    assert given.count() == 12 and given.labelled and len(given.calibration_inputs()["pixel_values"]) == 12
+    assert f"--dataset vit=resnet50:{image_folder}" in given.options() and "--samples vit=all" in given.options()
+
+
+def test_a_task_data_set_gives_the_task_loaders_inputs_and_labels(graphs, image_folder):
+    """The images reader at the graph's image size, with the MLPerf preprocessing, and the task's top-1/top-5 scorer on
+    the graph's logits."""
+    from conformance.datasets import load_dataset
+    from models import model_module
+
+    case = GraphCase("vit", graphs["vit"], DataSource(image_folder, "resnet50"), samples=10)
+    assert case.labelled and case.count() == 10
+    view = TaskView("resnet50", model_module("resnet50").build_config(image_size=32, num_labels=10))
+    direct = load_dataset("resnet50", image_folder, view, limit=10)
+    np.testing.assert_array_equal(case.inputs(10)["pixel_values"], direct.inputs["pixel_values"])
+    reference, _ = case.reference(case.inputs(10), 4)
+    scores = case.evaluation.label_metrics(reference)
+    assert set(scores) == {"top1_accuracy", "top5_accuracy"}
+    hits = np.argmax(reference["logits"], axis=1) == np.arange(10) % 10
+    assert scores["top1_accuracy"].value == pytest.approx(hits.mean())
+    judged = case.judged()
+    assert judged["dataset"]["task"] == "resnet50" and judged["dataset"]["units"] == 10
+    assert judged["task_metrics_against"] == "labels and fp32"
+
+
+def test_vit_judged_on_an_image_folder_with_the_tasks_label_gates(graphs, image_folder, pytester, tmp_path):
+    report = tmp_path / "report"
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "ipu", "--profile", "smoke",
+                                           "--precision", "fp16,fp8", "--onnx", f"vit={graphs['vit']}", "--dataset",
+                                           f"vit=resnet50:{image_folder}", "--samples", "vit=10",
+                                           "--report-dir", str(report))
+    records = json.loads((report / "results.json").read_text())["records"]
+    gated = [r for r in records if r["gating"]]
+    assert result.ret == (0 if all(r["passed"] for r in gated) else 1), result.stdout.str()
+    checks = {(r["precision"], r["check"]): r for r in records}
+    for precision in ("fp16", "fp8"):
+        for metric in ("top1_accuracy", "top5_accuracy"):
+            gate = checks[(precision, f"{metric}@0.99xfp32")]
+            fp32 = gate["details"]["fp32_value"]
+            assert gate["gating"] and gate["target"] == pytest.approx(0.99 * fp32) and gate["details"]["ci95"]
+            assert not checks[(precision, f"{metric}@0.999xfp32")]["gating"]
+        assert checks[(precision, "snr_db")]["details"]["samples"] == 10
+        assert checks[(precision, "snr_db")]["details"]["judged"]["dataset"]["task"] == "resnet50"
+    assert (("fp8", "top1_accuracy@0.998xfp16")) in checks  # Graphcore's bar, reported
+    # only the task's label metrics apply: the other tasks' are not computed, so not gated
+    assert not [c for _, c in checks if c.split("@")[0] in ("squad_f1", "click_auc", "pair_accuracy")]
+
+
+@pytest.fixture(scope="module")
+def squad_task(tmp_path_factory) -> dict[str, Path]:
+    """A tiny DistilBERT question-answering graph (torch.onnx, ids only: attention over every position), a SQuAD v1.1
+    file of three questions and the word-piece vocabulary both are written in."""
+    folder = tmp_path_factory.mktemp("squad")
+    contexts = ["the red fox lives in the green forest near the old river",
+                "a small boat sails across the wide blue lake every morning"]
+    questions = [("where does the fox live", "the green forest", 0), ("what sails across the lake", "a small boat", 1),
+                 ("when does the boat sail", "every morning", 1)]
+    words = sorted({w for text in contexts + [q for q, _, _ in questions] for w in text.split()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    (folder / "tokenizer").mkdir()
+    (folder / "tokenizer" / "vocab.txt").write_text("".join(w + "\n" for w in vocab))
+    paragraphs = [{"context": c, "qas": [{"id": f"q{i}", "question": q, "answers": [{"text": a,
+                                                                                     "answer_start": c.index(a)}]}
+                                         for i, (q, a, k) in enumerate(questions) if k == index]}
+                  for index, c in enumerate(contexts)]
+    (folder / "dev.json").write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+    torch.manual_seed(0)
+    qa = transformers.DistilBertForQuestionAnswering(transformers.DistilBertConfig(
+        vocab_size=len(vocab), dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64)).eval()
+    names = ["input_ids", "start_logits", "end_logits"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(qa, (torch.randint(0, len(vocab), (1, 32)),), str(folder / "qa.onnx"),
+                          input_names=names[:1], output_names=names[1:], dynamic_axes={n: {0: "batch"} for n in names},
+                          opset_version=OPSET, dynamo=False)
+    return {"graph": folder / "qa.onnx", "data": folder / "dev.json", "tokenizer": folder / "tokenizer"}
+
+
+def test_distilbert_qa_judged_on_squad_with_the_tasks_label_gates(squad_task, pytester, tmp_path):
+    """SQuAD's windows at the graph's sequence length (32) with the vocabulary of --checkpoint; the graph takes the ids
+    only, the other task inputs are recorded as not taken; EM and F1 gated against the graph's FP32 on the labels."""
+    report = tmp_path / "report"
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "ipu", "--profile", "smoke",
+                                           "--precision", "fp16", "--onnx", f"qa={squad_task['graph']}", "--dataset",
+                                           f"qa=bert-base:{squad_task['data']}", "--checkpoint",
+                                           f"qa={squad_task['tokenizer']}", "--report-dir", str(report))
+    records = json.loads((report / "results.json").read_text())["records"]
+    assert result.ret == (0 if all(r["passed"] for r in records if r["gating"]) else 1), result.stdout.str()
+    checks = {r["check"]: r for r in records}
+    for metric in ("squad_exact_match", "squad_f1"):
+        gate = checks[f"{metric}@0.99xfp32"]
+        assert gate["gating"] and gate["target"] == pytest.approx(0.99 * gate["details"]["fp32_value"])
+        if gate["details"].get("label_floor") is not None:  # an FP32 score at its floor bounds nothing
+            assert gate["established"] is False, gate
+    judged = checks["snr_db"]["details"]["judged"]
+    assert judged["dataset"]["task"] == "bert-base" and judged["dataset"]["units"] == 3
+    assert judged["dataset"]["inputs_not_taken"] == ["attention_mask", "token_type_ids"]
+    assert judged["preprocessing_from"] == str(squad_task["tokenizer"].resolve())
+    assert judged["dataset"]["preprocessing"]["max_seq_len"] == 32
+    assert not [c for c in checks if c.startswith(("top1_accuracy", "click_auc"))]
+
+
 # -- refusals: each a usage error (exit 4) before any test -----------------------------------------------------------
 def _tiny(op="Relu", domain="", opset=OPSET, **kwargs):
     node = helper.make_node(op, ["x"], ["y"], name="the_node", domain=domain)
@@ -142,7 +279,7 @@ def _tiny(op="Relu", domain="", opset=OPSET, **kwargs):
     return helper.make_model(graph, opset_imports=opsets, ir_version=9, **kwargs)
 
 
-def _write(tmp_path: Path, case: str, graphs) -> list[str]:
+def _write(tmp_path: Path, case: str, graphs, image_folder: Path, squad_task: dict[str, Path]) -> list[str]:
     """The options of bad case ``case`` (files written under ``tmp_path``)."""
     path = tmp_path / "g.onnx"
     if case == "not-onnx":
@@ -181,6 +318,35 @@ def _write(tmp_path: Path, case: str, graphs) -> list[str]:
                   "npz-ids": {"input_ids": ids + 100}}[case]
         np.savez(tmp_path / "in.npz", **arrays)
         return ["--onnx", f"db={graphs['distilbert']}", "--dataset", f"db={tmp_path / 'in.npz'}"]
+    elif case == "task-unknown":
+        return ["--onnx", f"vit={graphs['vit']}", "--dataset", f"vit=imagenet:{tmp_path}"]
+    elif case == "task-empty-path":
+        return ["--onnx", f"vit={graphs['vit']}", "--dataset", "vit=resnet50:"]
+    elif case == "task-inputs":
+        return ["--onnx", f"db={graphs['distilbert']}", "--dataset", f"db=resnet50:{image_folder}"]
+    elif case == "task-outputs":
+        torch.manual_seed(0)
+        vit = transformers.ViTForImageClassification(transformers.ViTConfig(
+            image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=32, num_labels=10)).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(vit, (torch.randn(1, 3, 32, 32),), str(path), input_names=["pixel_values"],
+                              output_names=["scores"],
+                              dynamic_axes={"pixel_values": {0: "batch"}, "scores": {0: "batch"}},
+                              opset_version=OPSET, dynamo=False)
+        return ["--onnx", f"mine={path}", "--dataset", f"mine=resnet50:{image_folder}"]
+    elif case == "task-bad-data":
+        (tmp_path / "val_map.txt").write_text("missing.png 3\n")
+        return ["--onnx", f"vit={graphs['vit']}", "--dataset", f"vit=resnet50:{tmp_path}"]
+    elif case == "task-no-tokenizer":
+        return ["--onnx", f"qa={squad_task['graph']}", "--dataset", f"qa=bert-base:{squad_task['data']}"]
+    elif case == "samples-all-drawn":
+        return ["--onnx", f"vit={graphs['vit']}", "--samples", "vit=all"]
+    elif case == "samples-twice":
+        return ["--onnx", f"vit={graphs['vit']}", "--samples", "vit=3", "--samples", "vit=4"]
+    elif case == "checkpoint-without-task":
+        return ["--onnx", f"vit={graphs['vit']}", "--checkpoint", f"vit={tmp_path}"]
     elif case == "model-name":
         return ["--onnx", f"bert-base={graphs['distilbert']}"]
     elif case == "no-gates":
@@ -201,14 +367,24 @@ BAD = {
     "npz-names": ["--dataset db=", "in.npz", "['ids']", "['input_ids']"],
     "npz-shapes": ["--dataset db=", "'input_ids'", "(4, 15)", "(batch, 16)"],
     "npz-ids": ["--dataset db=", "outside [0, 100)"],
+    "task-unknown": ["--dataset vit=", "'imagenet' is not a task", "resnet50", "bert-base"],
+    "task-empty-path": ["--dataset vit=resnet50:", "no path after resnet50:"],
+    "task-inputs": ["--dataset db=resnet50:", "takes input(s) ['input_ids']", "['pixel_values']"],
+    "task-outputs": ["--dataset mine=resnet50:", "scored on the output 'logits'", "['scores']"],
+    "task-bad-data": ["--dataset vit=resnet50:", "missing.png", "not found"],
+    "task-no-tokenizer": ["--dataset qa=bert-base:", "dev.json", "tokenizer", "--checkpoint"],
+    "samples-all-drawn": ["--samples vit=all", "has none", "--samples vit=N"],
+    "samples-twice": ["--samples vit=... given more than once"],
+    "checkpoint-without-task": ["--checkpoint vit=", "tokenizer or image preprocessing", "vit=TASK:PATH"],
     "model-name": ["'bert-base' names a model of the suite"],
     "no-gates": ["hardware 'null' has no [null.onnx.<precision>] gates"],
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_graph_or_inputs_is_a_usage_error_before_any_test(case, graphs, tmp_path, pytester):
-    args = _write(tmp_path, case, graphs)
+def test_bad_graph_or_inputs_is_a_usage_error_before_any_test(case, graphs, image_folder, squad_task, tmp_path,
+                                                             pytester):
+    args = _write(tmp_path, case, graphs, image_folder, squad_task)
     hardware = [] if "--hardware" in args else ["--hardware", "ipu"]
     result = pytester.runpytest(str(REPO / "conformance"), "-q", "--profile", "smoke", *hardware, *args,
                                 "--report-dir", str(tmp_path / "report"))
@@ -237,13 +413,13 @@ def test_the_graph_gates_catch_a_fault_of_the_emulator(graphs, fault, precision)
     from conformance.accuracy.diagnosis import local_errors
     from conformance.accuracy.evaluation import compute_metrics, evaluate, measure_probes
     from conformance.hardware.ipu.faults import FAULTS
-    from conformance.targets.accuracy import GRAPH_CASE, gates_for
+    from conformance.targets.accuracy import GRAPH_CASE, applicable, gates_for
     from models import run_batched
 
     case = GraphCase("vit", graphs["vit"])
     inputs = case.inputs(4)
     ref, _ = case.reference(inputs, 4)
-    gates = gates_for("ipu", GRAPH_CASE, precision)
+    gates = applicable(gates_for("ipu", GRAPH_CASE, precision), labelled=False)
     ipu = get_backend("ipu")
 
     def failed_gates() -> list[str]:

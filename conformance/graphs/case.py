@@ -5,15 +5,20 @@ The graph runs through the backend's ops by :class:`~conformance.graphs.interpre
 onnxruntime. Inputs come from a ``.npz`` keyed by the graph's input names, or are drawn from the graph's input
 signature with the suite's evaluation seed: float inputs standard normal, integer inputs uniform over the rows of the
 constant Gather table they index (directly or through Cast/Identity/reshaping steps), the only range the graph itself
-states; an integer input that indexes no table must come from a ``.npz``. Its gates are the ``onnx`` tables of
-``accuracy.toml`` (tensor metrics of every output: there are no labels) and its FP8 settings the ``onnx`` table of the
-hardware's precisions.
+states; an integer input that indexes no table must come from a ``.npz``. Or they come from a task's data set
+(``--dataset NAME=TASK:PATH``, TASK one of the six models): read by that model's loader with its preprocessing, at the
+sizes the graph states (image size, sequence length, classes, vocabulary), and scored against the labels by the task's
+own scorer on the graph's outputs, which must then bear the task model's output names. Its gates are the ``onnx``
+tables of ``accuracy.toml`` (tensor metrics of every output; with a task's labels, that task's label gates) and its
+FP8 settings the ``onnx`` table of the hardware's precisions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
+import shlex
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +28,12 @@ import numpy as np
 import onnx
 import onnxruntime
 
+from conformance.accuracy.metrics import MetricError
+from conformance.datasets import DatasetError, EvaluationSet, load_dataset
 from conformance.graphs import runtime
 from conformance.graphs.interpreter import Interpreter, InterpreterError
 from conformance.targets.accuracy import GRAPH_CASE
+from models import model_module
 from models.base import InputSpec, Model
 from models.ops import Ops
 from models.seeds import CALIBRATION_SEED, EVAL_SEED
@@ -33,7 +41,8 @@ from models.seeds import CALIBRATION_SEED, EVAL_SEED
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 MAX_NPZ_BYTES = 1 << 30  # a .npz of inputs larger than this is not read
 MAX_NPZ_ROWS = 100_000
-DRAWN_SAMPLES = 8  # samples drawn from the signature when no .npz is given
+DRAWN_SAMPLES = 8  # samples drawn from the signature when neither a .npz nor --samples is given
+ALL = "all"  # --samples NAME=all: the whole of a .npz or data set
 BATCH_SIZE = 4
 # What onnxruntime raises for a graph it cannot load.
 _ORT_ERRORS = tuple(getattr(onnxruntime.capi.onnxruntime_pybind11_state, kind)
@@ -194,6 +203,12 @@ def load_inputs(path: Path, model: GraphModel, where: str) -> dict[str, np.ndarr
     if len(rows) != 1 or not 0 < rows.pop() <= MAX_NPZ_ROWS:
         raise GraphCaseError(f"{where}: arrays with rows {sorted(len(a) for a in arrays.values())}; expected the same "
                              f"number of rows (1 to {MAX_NPZ_ROWS}) in each")
+    _check_values(arrays, model, where)
+    return arrays
+
+
+def _check_values(arrays: dict[str, np.ndarray], model: GraphModel, where: str) -> None:
+    """Float inputs finite, integer ids within the rows of the table they index; a GraphCaseError otherwise."""
     for spec in model.input_specs:
         limit = model.id_ranges.get(spec.name)
         values = arrays[spec.name]
@@ -202,7 +217,97 @@ def load_inputs(path: Path, model: GraphModel, where: str) -> dict[str, np.ndarr
         if limit is not None and values.size and (values.min() < 0 or values.max() >= limit[0]):
             raise GraphCaseError(f"{where}: array {spec.name!r} holds values outside [0, {limit[0]}), the rows of "
                                  f"{limit[1]!r}")
-    return arrays
+
+
+def task_sizes(task: str, model: GraphModel) -> dict[str, int]:
+    """The sizes of the task model's config that the graph states, so that the task's loader prepares inputs the
+    graph takes: an image model's channels, image size and classes (``pixel_values`` of (C, H, H), ``logits`` of
+    (classes,)); a text model's sequence length and vocabulary (``input_ids`` of (S,), the rows of the table its ids
+    index). Other sizes keep the task model's defaults (the inputs are checked after)."""
+    fields = {f.name for f in dataclasses.fields(model_module(task).build_config())}
+    specs = {s.name: s for s in model.input_specs}
+    sizes: dict[str, int] = {}
+    pixels, ids = specs.get("pixel_values"), specs.get("input_ids")
+    if {"image_size", "num_channels"} <= fields and pixels is not None and len(pixels.shape) == 3 \
+            and pixels.shape[1] == pixels.shape[2]:
+        sizes.update(num_channels=pixels.shape[0], image_size=pixels.shape[1])
+        logits = _output_dims(model).get("logits")
+        if "num_labels" in fields and logits is not None and len(logits) == 1 and isinstance(logits[0], int):
+            sizes["num_labels"] = logits[0]
+    if "seq_len" in fields and ids is not None and len(ids.shape) == 1:
+        sizes["seq_len"] = ids.shape[0]
+        if "vocab_size" in fields and model.id_ranges.get("input_ids") is not None:
+            sizes["vocab_size"] = model.id_ranges["input_ids"][0]
+    return sizes
+
+
+def _output_dims(model: GraphModel) -> dict[str, list[int | str]]:
+    """Each graph output's dimensions beyond the batch axis, as the graph states them."""
+    return {value.name: _dims(value)[1:] for value in model.interpreter.model.graph.output}
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What a task's loader reads of a model: its name and config (the task model's, at the graph's sizes)."""
+
+    name: str
+    config: Any
+
+
+def load_task_data(task: str, path: Path, model: GraphModel, where: str, preprocessing: Path | None,
+                   limit: int | None) -> tuple[EvaluationSet, list[str]]:
+    """The data set of ``task`` at ``path`` as inputs of ``model``: read by the task's loader (with the tokenizer or
+    image preprocessing of the ``preprocessing`` directory, as a checkpoint's), then checked against the graph's inputs
+    (names, dtypes, shapes; each graph input must be one the task gives) and, with labels, the task's scorer against
+    the graph's outputs. Returns the set (only the inputs the graph takes) and the task inputs the graph does not take;
+    a GraphCaseError starting with ``where`` otherwise."""
+    try:
+        config = model_module(task).build_config(**task_sizes(task, model))
+    except (TypeError, ValueError) as exc:
+        raise GraphCaseError(f"{where}: the graph's sizes do not fit a {task} model ({exc})") from None
+    try:
+        evaluation = load_dataset(task, path, TaskView(task, config), checkpoint=preprocessing, limit=limit)
+    except DatasetError as exc:
+        raise GraphCaseError(f"{where}: {exc}") from None
+    if evaluation.units == 0:
+        raise GraphCaseError(f"{where}: holds no evaluation samples")
+    given = evaluation.inputs
+    specs = {s.name: s for s in model.input_specs}
+    missing = sorted(set(specs) - set(given))
+    if missing:
+        raise GraphCaseError(f"{where}: the graph takes input(s) {missing} that {task}'s data does not give; {task}'s "
+                             f"inputs are {sorted(given)} (name the graph's inputs as the task model's)")
+    for name, spec in specs.items():
+        array = given[name]
+        if array.dtype != np.dtype(spec.dtype) or array.shape[1:] != spec.shape:
+            raise GraphCaseError(f"{where}: {task}'s input {name!r} is {array.dtype} of shape (batch, "
+                                 f"{', '.join(map(str, array.shape[1:]))}); the graph takes {spec.dtype} of shape "
+                                 f"(batch, {', '.join(map(str, spec.shape))})")
+    _check_values(given, model, where)
+    unused = sorted(set(given) - set(specs))
+    evaluation = dataclasses.replace(evaluation, inputs={name: given[name] for name in specs})
+    if evaluation.labelled:
+        _check_scorer(evaluation, model, task, where)
+    return evaluation, unused
+
+
+def _check_scorer(evaluation: EvaluationSet, model: GraphModel, task: str, where: str) -> None:
+    """The task's scorer run on zeros shaped as the graph's outputs: a graph whose outputs it cannot read (another
+    name, another shape) is refused now, naming what it reads and what the graph gives."""
+    dims = _output_dims(model)
+    if any(not isinstance(d, int) for shape in dims.values() for d in shape):
+        return  # sizes only the run resolves: the scorer reads the real outputs
+    rows = len(next(iter(evaluation.inputs.values())))
+    zeros = {name: np.zeros((rows, *shape), np.float32) for name, shape in dims.items()}
+    try:
+        with np.errstate(all="ignore"):
+            evaluation.label_metrics(zeros)
+    except KeyError as exc:
+        raise GraphCaseError(f"{where}: {task}'s labels are scored on the output {exc.args[0]!r}; the graph's outputs "
+                             f"are {sorted(dims)} (name them as the {task} model's)") from None
+    except (MetricError, ValueError, IndexError) as exc:
+        raise GraphCaseError(f"{where}: {task}'s labels cannot be scored on the graph's outputs "
+                             f"{ {name: ['batch', *shape] for name, shape in dims.items()} } ({exc})") from None
 
 
 @dataclass
@@ -214,31 +319,66 @@ class GraphInputs:
     labelled: bool = False
 
 
-class GraphCase:
-    """An imported graph as the accuracy test judges it (the interface of a user's case)."""
+@dataclass(frozen=True)
+class DataSource:
+    """Where a graph's inputs come from: a ``.npz`` keyed by its input names (``task`` None), or the data set of
+    ``task`` (one of the six models) read in that model's format."""
 
-    def __init__(self, name: str, path: Path, dataset: Path | None = None, calibration: Path | None = None):
+    path: Path
+    task: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.task}:{self.path}" if self.task else str(self.path)
+
+
+def _source(given: Path | DataSource | None) -> DataSource | None:
+    return given if given is None or isinstance(given, DataSource) else DataSource(Path(given))
+
+
+class GraphCase:
+    """An imported graph as the accuracy test judges it (the interface of a user's case).
+
+    ``dataset`` / ``calibration``: a ``.npz`` path or a :class:`DataSource`; ``samples``: how many inputs are drawn
+    (default :data:`DRAWN_SAMPLES`), or the first N of the data (default, or :data:`ALL`: all of it); ``preprocessing``:
+    the directory of the tokenizer or ``preprocessor_config.json`` a task's data is read with (as a checkpoint's)."""
+
+    def __init__(self, name: str, path: Path, dataset: Path | DataSource | None = None,
+                 calibration: Path | DataSource | None = None, *, samples: int | str | None = None,
+                 preprocessing: Path | None = None):
         if not NAME.fullmatch(name):
             raise GraphCaseError(f"--onnx {name}=...: {name!r} is not a case name; expected lower-case letters, "
                                  "digits, '-' or '_', starting with a letter")
+        dataset, calibration = _source(dataset), _source(calibration)
+        if samples == ALL and dataset is None:
+            raise GraphCaseError(f"--samples {name}={ALL}: {ALL} means the whole of the graph's data, and {name} has "
+                                 f"none; give --dataset {name}=FILE.npz (or TASK:PATH), or a number of inputs to draw "
+                                 f"(--samples {name}=N; default {DRAWN_SAMPLES})")
+        if preprocessing is not None and not any(s is not None and s.task for s in (dataset, calibration)):
+            raise GraphCaseError(f"--checkpoint {name}={preprocessing}: a graph's checkpoint directory gives only the "
+                                 "tokenizer or image preprocessing of a task's data set; give --dataset "
+                                 f"{name}=TASK:PATH with it, or drop it")
         try:
             interpreter = Interpreter(path)
         except InterpreterError as exc:
             raise GraphCaseError(f"--onnx {name}={path}: {exc}") from None
         self.name = name
         self.path = Path(path)
+        self._given = {"--dataset": dataset, "--calibration": calibration, "--checkpoint": preprocessing,
+                       "--samples": samples}
         opset = max(o.version for o in interpreter.model.opset_import if o.domain in ("", "ai.onnx"))
         self.model = GraphModel(interpreter, GraphConfig(str(self.path.resolve()), _sha256(self.path), opset))
         self.checkpoint = None
-        self.limit = None
+        self.preprocessing = preprocessing
+        self.limit = samples if isinstance(samples, int) else None
+        self.drawn = samples if isinstance(samples, int) else DRAWN_SAMPLES
         self.batch_size = BATCH_SIZE
         self.evaluation = self.calibration = None
         if dataset is not None:
-            self.evaluation = self._load(dataset, "--dataset")
+            self.evaluation = self._load(dataset, "--dataset", self.limit)
         elif (reason := self.model.drawable()) is not None:
             raise GraphCaseError(f"--onnx {name}={path}: {reason}; give its inputs with --dataset {name}=FILE.npz")
         if calibration is not None:
-            self.calibration = self._load(calibration, "--calibration")
+            self.calibration = self._load(calibration, "--calibration", None)
         elif self.evaluation is not None and self.model.drawable() is not None:
             raise GraphCaseError(f"--onnx {name}={path}: {self.model.drawable()}; give FP8 calibration inputs with "
                                  f"--calibration {name}=FILE.npz")
@@ -248,16 +388,34 @@ class GraphCase:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise GraphCaseError(f"--onnx {name}={path}: onnxruntime cannot load it ({reason})") from None
 
-    def _load(self, path: Path, option: str) -> GraphInputs:
-        arrays = load_inputs(Path(path), self.model, f"{option} {self.name}={path}")
+    def _load(self, source: DataSource, option: str, limit: int | None) -> GraphInputs | EvaluationSet:
+        where = f"{option} {self.name}={source}"
+        if source.task is not None:
+            evaluation, unused = load_task_data(source.task, source.path, self.model, where, self.preprocessing, limit)
+            provenance = {**evaluation.provenance, "task": source.task,
+                          "inputs_not_taken": unused}  # task inputs the graph has no input for
+            return dataclasses.replace(evaluation, provenance=provenance)
+        arrays = load_inputs(source.path, self.model, where)
+        total = len(next(iter(arrays.values())))
+        if limit is not None:
+            arrays = {key: value[:limit] for key, value in arrays.items()}
         rows = len(next(iter(arrays.values())))
-        return GraphInputs(arrays, {"format": "npz", "path": str(Path(path).resolve()), "sha256": _sha256(Path(path)),
-                                    "units": rows, "rows": rows, "labels": False})
+        return GraphInputs(arrays, {"format": "npz", "path": str(source.path.resolve()),
+                                    "sha256": _sha256(source.path), "units": rows, "rows": rows,
+                                    **({"rows_in_file": total} if rows != total else {}), "labels": False})
 
-    labelled = False
+    def options(self) -> str:
+        """The options beside ``--onnx`` that give this case's data, as a command line reproducing it takes them."""
+        return "".join(f" {option} {self.name}={shlex.quote(str(value))}" for option, value in self._given.items()
+                       if value is not None)
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the evaluation data has labels (a task's data set with a scorer)."""
+        return self.evaluation is not None and self.evaluation.labelled
 
     def count(self) -> int:
-        return len(next(iter(self.evaluation.inputs.values()))) if self.evaluation is not None else DRAWN_SAMPLES
+        return len(next(iter(self.evaluation.inputs.values()))) if self.evaluation is not None else self.drawn
 
     def inputs(self, count: int) -> dict[str, np.ndarray]:
         if self.evaluation is not None:
@@ -284,9 +442,11 @@ class GraphCase:
                            "inputs": [s.describe() for s in self.model.input_specs],
                            "outputs": list(self.model.output_names)},
             "dataset": self.evaluation.provenance if self.evaluation is not None else drawn.format(EVAL_SEED),
-            "task_metrics_against": "fp32",
+            "task_metrics_against": "labels and fp32" if self.labelled else "fp32",
             "fp32_reference": f"onnxruntime {onnxruntime.__version__} (CPU)",
         }
+        if self.preprocessing is not None:
+            out["preprocessing_from"] = str(Path(self.preprocessing).resolve())
         out["fp8_calibration"] = (self.calibration.provenance if self.calibration is not None
                                   else drawn.format(CALIBRATION_SEED))
         return out

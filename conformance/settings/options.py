@@ -116,7 +116,7 @@ def parse_model_path(value: str) -> tuple[str, Path]:
     try:
         model = canonical_name(name.strip())
     except ValueError as exc:
-        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,39}", name.strip()):
+        if name.strip() == ALL_SAMPLES or not re.fullmatch(r"[a-z][a-z0-9_-]{0,39}", name.strip()):
             raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
         model = name.strip()  # a case of --onnx, or an unknown model: told apart by the option's check
     return model, parse_path(path.strip())
@@ -132,7 +132,9 @@ def parse_sample_cap(value: str) -> tuple[str, int | str]:
     try:
         model = canonical_name(name.strip()) if sep else "*"
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+        if name.strip() == ALL_SAMPLES or not re.fullmatch(r"[a-z][a-z0-9_-]{0,39}", name.strip()):
+            raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+        model = name.strip()  # a case of --onnx, or an unknown model: told apart by the option's check
     if count.strip() == ALL_SAMPLES:
         return model, ALL_SAMPLES
     try:
@@ -249,15 +251,56 @@ def check_onnx(pairs: list[tuple[str, Path]], settled: Settled) -> dict:
         raise SettingsError(f"--onnx: hardware {hardware!r} has no [{hardware}.{accuracy_targets.GRAPH_CASE}."
                             f"<precision>] gates in {accuracy_targets.ACCURACY_FILE.name}")
     cases: dict = {}
-    datasets, calibrations = dict(settled.given["dataset"]), dict(settled.given["calibration"])
+    given = {option: _graph_values(option, settled.given[option.removeprefix("--")], [n for n, _ in pairs])
+             for option in ("--dataset", "--calibration", "--checkpoint", "--samples")}
     for name, path in pairs:
         if name in cases:
             raise SettingsError(f"--onnx {name}=... given more than once; give each case once")
+        sources = {option: _data_source(option, name, given[option].get(name)) for option in ("--dataset",
+                                                                                              "--calibration")}
+        samples = given["--samples"].get(name, given["--samples"].get("*"))
         try:
-            cases[name] = GraphCase(name, path, datasets.get(name), calibrations.get(name))
+            cases[name] = GraphCase(name, path, sources["--dataset"], sources["--calibration"], samples=samples,
+                                    preprocessing=given["--checkpoint"].get(name))
         except GraphCaseError as exc:
             raise SettingsError(str(exc)) from None
     return cases
+
+
+def _graph_values(option: str, pairs, names: list[str]) -> dict:
+    """``option``'s values for the graphs ``names`` (and ``*``, --samples' global N), each given once."""
+    out: dict = {}
+    for name, value in pairs:
+        if name in names or (name == "*" and option == "--samples"):
+            if name in out:
+                shown = "N" if name == "*" else f"{name}=..."
+                raise SettingsError(f"{option} {shown} given more than once; give each case once")
+            out[name] = value
+    return out
+
+
+def _data_source(option: str, name: str, path: Path | None):
+    """A graph's ``--dataset`` / ``--calibration``: ``TASK:PATH`` (TASK one of the six models, whose data format and
+    preprocessing apply) or the path of a ``.npz`` keyed by the graph's input names."""
+    from conformance.graphs.case import DataSource  # onnx loads only when a graph is given
+
+    if path is None:
+        return None
+    task, sep, rest = str(path).partition(":")
+    if not sep or not re.fullmatch(r"[a-z][a-z0-9_-]{0,39}", task):
+        return DataSource(path)
+    try:
+        task = canonical_name(task)
+    except ValueError:
+        if path.exists():
+            return DataSource(path)
+        raise SettingsError(f"{option} {name}={path}: {task!r} is not a task; expected TASK:PATH with TASK one of "
+                            f"{', '.join(MODEL_NAMES)} (whose data format and preprocessing apply), or the path of a "
+                            ".npz keyed by the graph's input names") from None
+    if not rest.strip():
+        raise SettingsError(f"{option} {name}={path}: no path after {task}:; expected {task}:PATH, the data set in "
+                            f"{task}'s format")
+    return DataSource(Path(rest.strip()), task)
 
 
 def check_precisions(groups: list[list[str]], settled: Settled) -> tuple[str, ...]:
@@ -408,8 +451,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--hardware", "hardware backend to test: %(choices)s (default: %(default)s)",
            _one_of(hardware_names, "--hardware"), default="cpu", choices=hardware_names),
     Option("--onnx", "judge an ONNX graph (opset 17 or later, FP32, a dynamic batch axis) run through the hardware's "
-           "ops against onnxruntime at every precision, on inputs drawn from its signature; repeatable; without "
-           "--model only the graphs run", check_onnx, parse=parse_onnx, repeatable=True, metavar="NAME=FILE.onnx"),
+           "ops against onnxruntime at every precision, on inputs drawn from its signature (--samples NAME=N of them, "
+           "default 8) or given by --dataset NAME=FILE.npz or NAME=TASK:PATH (a data set in the format of TASK, one of "
+           "the six models, scored against its labels; --checkpoint NAME=DIR gives its tokenizer or image "
+           "preprocessing); repeatable; without --model only the graphs run", check_onnx, parse=parse_onnx, repeatable=True, metavar="NAME=FILE.onnx"),
     Option("--model", "model(s) to run, repeatable or a comma list; minilm names the trained all-MiniLM-L6-v2 case "
            "(default: all six and minilm)", check_selection, parse=parse_models, repeatable=True,
            metavar="NAME[,NAME...]", fields=("models", "cases")),
@@ -446,8 +491,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--allow-unused-weights", "judge a --checkpoint whose model.safetensors holds tensors its config.json does "
            "not use (by default a usage error naming them); the report lists them", _switch, switch=True),
     Option("--samples", "accuracy samples per model (a data set: at most N of its questions/images/triplets/rows, "
-           "default all; otherwise N synthetic samples, default the profile's); all or MODEL=all: the whole of the "
-           "--dataset (a usage error for a model without one); repeatable", check_samples,
+           "default all; otherwise N synthetic samples, default the profile's; an --onnx graph: N inputs drawn, default "
+           "8, or the first N of its --dataset); all or MODEL=all: the whole of the --dataset (a usage error for a "
+           "model without one); repeatable", check_samples,
            parse=parse_sample_cap, repeatable=True, metavar="N|MODEL=N|all"),
     Option("--workers", "run the accuracy tests' batches on N local worker processes (Dask), each computed batch "
            f"kept in the cache directory so that an interrupted run resumes; N from 1 to {MAX_WORKERS}, not with "

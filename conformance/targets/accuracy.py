@@ -64,8 +64,10 @@ LABEL_METRICS = {
 EXTRA_CASES = {
     "minilm": ("embedding_cosine", "min_embedding_cosine", "retrieval_agreement"),
 }
-# The model name of every imported ONNX graph (--onnx NAME=FILE.onnx): no task metrics, tensor gates only.
+# The model name of every imported ONNX graph (--onnx NAME=FILE.onnx): no task metrics of its own; tensor gates, and
+# with a task's labelled data (--dataset NAME=TASK:PATH) that task's label metrics.
 GRAPH_CASE = "onnx"
+GRAPH_LABEL_METRICS = tuple(dict.fromkeys(m for metrics in LABEL_METRICS.values() for m in metrics))
 GATE_KEYS = {"of", "ratio", "tier", "report", "min", "max"}
 # What a bound of a tensor metric may be: a floor or ceiling outside these ranges cannot gate anything (cosine lies in
 # [-1, 1]; an SNR floor at or below 0 dB accepts an error as large as the signal; differences are >= 0).
@@ -176,7 +178,8 @@ def parse_targets(text: str, path: Path | str = "<targets>") -> list[Gate]:
                 return f"{path}:{lines[key[:n]]}"
         return str(path)
 
-    cases = {**{m: TASK_METRICS[m] + LABEL_METRICS[m] for m in MODEL_NAMES}, **EXTRA_CASES, GRAPH_CASE: ()}
+    cases = {**{m: TASK_METRICS[m] + LABEL_METRICS[m] for m in MODEL_NAMES}, **EXTRA_CASES,
+             GRAPH_CASE: GRAPH_LABEL_METRICS}
     gates: list[Gate] = []
     for hardware, per_model in data.items():
         precisions = _hardware_precisions(hardware)
@@ -247,7 +250,8 @@ def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> li
             raise TargetsError(f"{at}: {metric}.{key} only goes with a ratio threshold")
     kind = "min" if "min" in spec else "max"
     bound = float(spec[kind])
-    if metric in TASK_METRICS.get(model, ()) + LABEL_METRICS.get(model, ()) or metric in EXTRA_CASES.get(model, ()):
+    task_metrics = TASK_METRICS.get(model, ()) + LABEL_METRICS.get(model, ()) + EXTRA_CASES.get(model, ())
+    if metric in task_metrics or (model == GRAPH_CASE and metric in GRAPH_LABEL_METRICS):
         if not 0.0 < bound <= 1.0:
             raise TargetsError(f"{at}: {metric}.{kind} = {spec[kind]!r}: a task metric's bound must lie in (0, 1]")
     elif metric in COUNT_METRICS:
@@ -339,9 +343,17 @@ def check_complete(backend: Backend, models=MODEL_NAMES, path: Path | None = Non
                            f"{hardware!r} hardware runs needs its table")
 
 
-def applicable(gates, labelled: bool) -> list[Gate]:
-    """The gates that apply to an evaluation set: label-metric gates only where the set has labels."""
-    return [g for g in gates if labelled or g.metric not in LABEL_METRICS.get(g.model, ())]
+def applicable(gates, labelled: bool, task: str | None = None) -> list[Gate]:
+    """The gates that apply to an evaluation set: label-metric gates only where the set has labels; an imported
+    graph's only those of the ``task`` whose labelled data it is judged on."""
+    def label_metrics(model: str) -> tuple[str, ...]:
+        return GRAPH_LABEL_METRICS if model == GRAPH_CASE else LABEL_METRICS.get(model, ())
+
+    def applies(g: Gate) -> bool:
+        if g.metric not in label_metrics(g.model):
+            return True
+        return labelled and (g.model != GRAPH_CASE or g.metric in LABEL_METRICS.get(task, ()))
+    return [g for g in gates if applies(g)]
 
 
 def reference_precisions(gates) -> set[str]:
