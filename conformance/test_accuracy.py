@@ -7,6 +7,7 @@ The matrix comes from ``conformance/targets/accuracy.toml`` (the tables of ``--h
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import shlex
 import time
@@ -28,7 +29,7 @@ from conformance.accuracy.evaluation import (
     worst_samples,
 )
 from conformance.datasets.cache import OutputCache
-from conformance.distributed import BatchStore, make_engine
+from conformance.distributed import BatchStore, make_engine, pick
 from conformance.fileio import write_bytes_atomic
 from conformance.settings.session import run_settings
 from conformance.targets import accuracy as accuracy_targets
@@ -107,7 +108,7 @@ class AccuracyRuns:
         if name in self.settings.onnx:
             return self.settings.onnx[name].count()
         if name in self.user_cases and self.user_cases[name].evaluation is not None:
-            return len(next(iter(self.user_cases[name].evaluation.inputs.values())))
+            return self.user_cases[name].evaluation.rows
         return self.settings.sample_count(name)
 
     def batch_size(self, name: str) -> int:
@@ -143,7 +144,7 @@ class AccuracyRuns:
             self._references[name] = (inputs, outputs)
         return self._references[name]
 
-    def fp32(self, name: str, model, inputs: dict) -> dict:
+    def fp32(self, name: str, model, inputs) -> dict:
         """FP32 outputs of ``model`` over ``inputs``, computed as batches of the engine (the bits of
         ``models.run_batched``); what the run did is kept for the records (``fp32_runs``)."""
         outputs, stats = reference_on_engine(self.engine(), name, model, inputs, self.batch_size(name),
@@ -161,7 +162,8 @@ class AccuracyRuns:
             run = self._runs[key]
             inputs, _ = self.reference(name)
             samples = probe_samples(inputs, self.batch_size(name))
-            run["local_errors"] = local_errors(self.model_store.get(name), inputs, run["prepared"].ops(), Ops(), samples)
+            run["local_errors"] = local_errors(self.model_store.get(name), pick(inputs, samples), run["prepared"].ops(),
+                                               Ops(), range(len(samples)))
         if key not in self._runs:
             model = self.model_store.get(name)
             inputs, _ = self.reference(name)
@@ -210,7 +212,8 @@ def _reproduce(settings, name: str, precision: str) -> str:
         user += f" --samples {name}={samples}"
     if name in settings.onnx:
         return (f"pytest conformance/test_accuracy.py --hardware {settings.hardware} --profile {settings.profile} "
-                f"--onnx {name}={shlex.quote(settings.onnx[name].model.config.path)} --precision {precision} --diagnose")
+                f"--onnx {name}={shlex.quote(settings.onnx[name].model.config.path)}{settings.onnx[name].options()} "
+                f"--precision {precision} --diagnose")
     return (f"pytest conformance/test_accuracy.py --hardware {settings.hardware} --profile {settings.profile} "
             f"--model {name} --precision {precision}{user} --diagnose")
 
@@ -222,7 +225,8 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
     if reason:
         pytest.skip(reason)
     labels = accuracy_runs.labels(name)
-    gates = accuracy_targets.applicable(accuracy_targets.gates_for(settings.hardware, table, precision), labels is not None)
+    gates = accuracy_targets.applicable(accuracy_targets.gates_for(settings.hardware, table, precision), labels is not None,
+                                        task=labels.model if labels is not None else None)
     count = accuracy_runs.count(name)
     progress(f"accuracy {name} {precision}: {count} samples, batch {accuracy_runs.batch_size(name)}")
     inputs, ref = accuracy_runs.reference(name)
@@ -254,7 +258,10 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
     if failed or settings.diagnose:
         model = accuracy_runs.model_store.get(name)
         samples = worst_samples(name, ref, hw, min(DIAGNOSE_SAMPLES, count))
-        diag = diagnose(model, inputs, lambda rec: Ops(recorder=rec), run["prepared"].ops, samples)
+        # only the diagnosed rows are read (a streamed data set is never read whole)
+        diag = diagnose(model, pick(inputs, samples), lambda rec: Ops(recorder=rec), run["prepared"].ops,
+                        range(len(samples)))
+        diag = dataclasses.replace(diag, samples=[int(i) for i in samples])
         common.update(diag.details())
         diagnosis_text = diag.summary()
 

@@ -41,6 +41,7 @@ from conformance.distributed import (
     check_address,
     fingerprint,
     make_engine,
+    row_count,
 )
 from conformance.datasets.user import load_cases
 from conformance.distributed import cluster as cluster_module
@@ -368,9 +369,10 @@ def test_a_users_fp32_outputs_are_computed_on_the_engine(tmp_path, workers):
     serial = _runs(Engine(), 0, 4, cases, tmp_path / "serial")
     spread = _runs(workers, 0, 4, cases, tmp_path / "spread")
     (inputs, expected), (_, outputs) = serial.reference("widedeep"), spread.reference("widedeep")
-    assert len(next(iter(inputs.values()))) == 12
+    assert row_count(inputs) == 12  # streamed: read per batch
     assert all(np.array_equal(expected[k], outputs[k]) for k in expected) and sorted(expected) == sorted(outputs)
-    assert all(np.array_equal(expected[k], run_batched(cases["widedeep"].model, inputs, 4)[k]) for k in expected)
+    whole = cases["widedeep"].evaluation.whole()
+    assert all(np.array_equal(expected[k], run_batched(cases["widedeep"].model, whole, 4)[k]) for k in expected)
     assert (serial.fp32_runs["widedeep"]["engine"], spread.fp32_runs["widedeep"]["engine"]) == ("serial", "dask")
     assert spread.fp32_runs["widedeep"]["computed"] == 3 and spread.cached["widedeep"] is False
     again = _runs(workers, 0, 4, cases, tmp_path / "spread")

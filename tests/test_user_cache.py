@@ -83,7 +83,7 @@ def test_a_checkpoint_of_another_model_is_named(tmp_path):
 def test_a_failed_data_set_is_a_usage_error_and_caches_nothing(tmp_path, monkeypatch):
     import conformance.datasets as datasets
 
-    def failing(name, path, model, checkpoint=None, limit=None):
+    def failing(name, path, model, checkpoint=None, limit=None, stream=False):
         raise DatasetError(f"{path}:3: label 'x' is not 0 or 1")
 
     monkeypatch.setattr("conformance.datasets.user.load_dataset", failing)
@@ -94,7 +94,7 @@ def test_a_failed_data_set_is_a_usage_error_and_caches_nothing(tmp_path, monkeyp
 
 
 def test_an_empty_data_set_is_refused(tmp_path, monkeypatch):
-    def empty(name, path, model, checkpoint=None, limit=None):
+    def empty(name, path, model, checkpoint=None, limit=None, stream=False):
         return EvaluationSet(name, {}, 0, {"format": "criteo-tsv"})
 
     monkeypatch.setattr("conformance.datasets.user.load_dataset", empty)

@@ -16,7 +16,7 @@ import numpy as np
 
 from conformance.accuracy import confidence, metrics
 from conformance.accuracy.diagnosis import PROBE_INPUT_ELEMENTS, LocalErrorOps, summarise_bias
-from conformance.distributed import Batch, Engine, Job, RunStats, fingerprint
+from conformance.distributed import Batch, Engine, Inputs, Job, RunStats, fingerprint, row_count, row_elements, take
 from conformance.targets import compare
 from conformance.targets.accuracy import PROBE_METRICS, TENSOR_BOUNDS, TENSOR_METRICS
 from conformance.targets.label_floors import FLOORS_FILE, load_label_floors
@@ -103,12 +103,12 @@ def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: di
     return MetricSet({name: m.value for name, m in units.items()}, tensor, {}, units)
 
 
-def probe_samples(inputs: dict, batch_size: int) -> list[int]:
+def probe_samples(inputs: Inputs, batch_size: int) -> list[int]:
     """The samples the probes run on: the first ones that hold :data:`PROBE_INPUT_ELEMENTS` input values (two at
     least, one batch of ``batch_size`` and the samples there are at most): two images or sequences, a hundred-odd
     wide&deep rows."""
-    available = min(len(next(iter(inputs.values()))), batch_size)
-    per_sample = sum(int(np.prod(np.shape(v)[1:], dtype=np.int64)) for v in inputs.values())
+    available = min(row_count(inputs), batch_size)
+    per_sample = row_elements(inputs)
     wanted = max(2, -(-PROBE_INPUT_ELEMENTS // max(per_sample, 1)))
     return list(range(min(wanted, available)))
 
@@ -123,10 +123,10 @@ def wants_op_checks(gates) -> bool:
     return any(g.metric == "op_mismatches" for g in gates)
 
 
-def hardware_batches(inputs: dict, batch_size: int, probe: bool) -> list[Batch]:
+def hardware_batches(inputs: Inputs, batch_size: int, probe: bool) -> list[Batch]:
     """The batches of a hardware run: the probe samples (:func:`probe_samples`) first, then the rest in batches of
     ``batch_size``; the same batches whether the probe runs or not (only the first one's options differ)."""
-    count = len(next(iter(inputs.values())))
+    count = row_count(inputs)
     head = len(probe_samples(inputs, batch_size))
     return [Batch(0, head, {"probe": True} if probe else {})] + \
         [Batch(start, min(start + batch_size, count)) for start in range(head, count, batch_size)]
@@ -142,10 +142,10 @@ def _forward(forward: Callable[[dict, object], dict], inputs: dict, hardware_ops
     return outputs, (local.bias if probe else None)
 
 
-def run_hardware(model, inputs: dict, batch_size: int, hardware_ops, *, probe: bool) -> tuple[dict, list | None]:
+def run_hardware(model, inputs: Inputs, batch_size: int, hardware_ops, *, probe: bool) -> tuple[dict, list | None]:
     """The hardware's outputs over ``inputs`` in the batches of :func:`hardware_batches`, in this process, and with
     ``probe`` the local errors of every op on the probe samples (:func:`diagnosis.local_errors`)."""
-    parts = [_forward(model, {k: v[b.start:b.stop] for k, v in inputs.items()}, hardware_ops, b.options.get("probe"))
+    parts = [_forward(model, take(inputs, b.start, b.stop), hardware_ops, b.options.get("probe"))
              for b in hardware_batches(inputs, batch_size, probe)]
     outputs = {k: np.concatenate([p[0][k] for p in parts]) for k in parts[0][0]}
     return outputs, parts[0][1]
@@ -204,7 +204,7 @@ def merge_details(parts: list[dict], where: str = "details") -> dict:
     return merged
 
 
-def run_on_engine(engine: Engine, name: str, model, prepared, inputs: dict, batch_size: int, *,
+def run_on_engine(engine: Engine, name: str, model, prepared, inputs: Inputs, batch_size: int, *,
                   probe: bool, progress: Callable[[str], None] | None = None) -> HardwareRun:
     """:func:`run_hardware` with ``prepared``'s ops, its batches run as tasks of ``engine`` (the model and prepared
     ops sent to each worker once; batches the engine's store has are read, not computed), assembled in batch order.
@@ -234,13 +234,13 @@ def reference_batches(count: int, batch_size: int) -> list[Batch]:
 REFERENCE_JOB = "fp32-reference"
 
 
-def reference_on_engine(engine: Engine, name: str, model, inputs: dict, batch_size: int, *,
+def reference_on_engine(engine: Engine, name: str, model, inputs: Inputs, batch_size: int, *,
                         progress: Callable[[str], None] | None = None) -> tuple[dict, RunStats]:
     """The FP32 outputs of ``model`` over ``inputs`` in the batches of :func:`models.run_batched` (the same bits), run
     as tasks of ``engine`` like a hardware run's (the model sent to each worker once, batches the engine's store has
     read, not computed), and what the run did. ``name`` names the job (``<model>-fp32-reference``) in the store and
     in progress lines."""
-    count = len(next(iter(inputs.values())))
+    count = row_count(inputs)
     if count == 0:
         raise ValueError(f"{name}: an FP32 reference run needs at least one sample")
     identity = fingerprint((REFERENCE_JOB, model)) if engine.store is not None else ""

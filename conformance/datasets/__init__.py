@@ -17,6 +17,8 @@ from pathlib import Path
 
 from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
 
+# Formats whose inputs can be streamed (read per batch). SQuAD's are not: its task metrics read every window's ids.
+STREAMED_FORMATS = {"conformance.datasets.images", "conformance.datasets.criteo"}
 FORMAT_MODULES = {
     "bert-base": "conformance.datasets.squad",
     "albert": "conformance.datasets.squad",
@@ -31,12 +33,18 @@ def format_module(model_name: str):
     return importlib.import_module(FORMAT_MODULES[model_name])
 
 
-def load_dataset(model_name: str, path, model, checkpoint=None, limit: int | None = None) -> EvaluationSet:
-    """The evaluation set of ``model_name`` read from ``path`` (a DatasetError naming what is wrong otherwise)."""
+def load_dataset(model_name: str, path, model, checkpoint=None, limit: int | None = None,
+                 stream: bool = False) -> EvaluationSet:
+    """The evaluation set of ``model_name`` read from ``path`` (a DatasetError naming what is wrong otherwise); with
+    ``stream``, a format of :data:`STREAMED_FORMATS` gives its inputs as a source read per batch, the others read
+    whole as without it."""
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{model_name} dataset {str(path)!r}: no such file or directory")
+    if stream and FORMAT_MODULES[model_name] in STREAMED_FORMATS:
+        return format_module(model_name).load(path, model, checkpoint=checkpoint, limit=limit, stream=True)
     return format_module(model_name).load(path, model, checkpoint=checkpoint, limit=limit)
 
 
-__all__ = ["DatasetError", "EvaluationSet", "FORMAT_MODULES", "format_module", "load_dataset", "sha256_files"]
+__all__ = ["DatasetError", "EvaluationSet", "FORMAT_MODULES", "STREAMED_FORMATS", "format_module", "load_dataset",
+           "sha256_files"]

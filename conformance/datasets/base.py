@@ -13,7 +13,10 @@ A format module exposes ``load(path, model, checkpoint=None, limit=None) -> Eval
 Anything malformed is a :class:`DatasetError` naming the file (and line or entry) and what was expected, raised before
 any model runs. Every reader is bounded (``boundedio``, ``conformance.fileio``): a special file (FIFO, device) is
 refused before it is opened, each kind of file has a size limit, nothing is read or decompressed beyond the ``limit``
-units asked for, and the model inputs of a set are checked against :func:`input_budget` before they are allocated.
+units asked for, and the model inputs of a set held whole are checked against :func:`input_budget` before they are
+allocated. A format that can stream takes ``stream=True``: its inputs are then a :class:`BatchSource` that reads and
+preprocesses the rows of one batch when the run reaches them (the listing and labels read up front), so that a set
+larger than memory runs and is not refused for its total size.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from boundedio import GIB, MIB, open_regular
+from conformance.distributed.source import BatchSource, Inputs, row_count, take
 from conformance.accuracy.metrics import TaskMetric
 from models.base import MEMORY_SHARE, available_memory
 
@@ -65,7 +69,8 @@ class EvaluationSet:
     """A user's evaluation data, ready for the model.
 
     ``inputs``: the model's input arrays (one row per model sample; a SQuAD question may take several windows, a
-    CAIL triplet two rows (A,B),(A,C) interleaved).
+    CAIL triplet two rows (A,B),(A,C) interleaved), or a :class:`BatchSource` that reads them per batch (a streamed
+    set: nothing reads it whole but :meth:`whole`).
     ``scorer``: outputs of the model on ``inputs`` -> the task metrics against the labels, each a
     :class:`TaskMetric` over evaluation units (questions, images, triplets, rows), so that the confidence intervals
     resample units; None when the data has no labels (conformer).
@@ -77,7 +82,7 @@ class EvaluationSet:
     """
 
     model: str
-    inputs: dict[str, np.ndarray]
+    inputs: Inputs
     units: int
     provenance: dict[str, Any]
     scorer: Callable[[dict[str, np.ndarray]], dict[str, TaskMetric]] | None = field(default=None, compare=False)
@@ -85,6 +90,23 @@ class EvaluationSet:
     @property
     def labelled(self) -> bool:
         return self.scorer is not None
+
+    @property
+    def streamed(self) -> bool:
+        return isinstance(self.inputs, BatchSource)
+
+    @property
+    def rows(self) -> int:
+        return row_count(self.inputs)
+
+    def whole(self) -> dict[str, np.ndarray]:
+        """The inputs as arrays held whole: a streamed set is read whole once its size is checked against
+        :func:`input_budget` (a DatasetError naming its path otherwise)."""
+        if not isinstance(self.inputs, BatchSource):
+            return self.inputs
+        check_input_size(self.provenance.get("path", self.model), self.inputs.rows, self.inputs.row_bytes,
+                         "rows", self.model)
+        return take(self.inputs, 0, self.inputs.rows)
 
     def label_metrics(self, outputs: dict[str, np.ndarray]) -> dict[str, TaskMetric]:
         """The task metrics of ``outputs`` against the labels ({} without labels)."""

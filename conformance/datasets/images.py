@@ -26,6 +26,7 @@ from conformance.datasets.base import (
     check_input_size,
     sha256_files,
 )
+from conformance.distributed.source import BatchSource
 
 VAL_MAP = "val_map.txt"
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
@@ -297,6 +298,35 @@ def check_inside(val_map: Path, number: int, name: str, folder: Path) -> None:
                            f"{str(folder)!r}; the files of a val_map.txt are read only from inside its folder")
 
 
+def image_header(path: Path, preprocessing: ImagePreprocessing | None = None) -> tuple[int, int]:
+    """The width and height the header of the image file ``path`` declares, checked against the bounds of
+    :func:`decode_image` without decoding its pixels."""
+    with open_regular(path, "an image file", MAX_IMAGE_FILE_BYTES, DatasetError) as handle:
+        with _opened(handle, path, preprocessing) as image:
+            return image.size
+
+
+def _opened(handle, path: Path, preprocessing: ImagePreprocessing | None) -> Image.Image:
+    """The Pillow image of ``handle`` (not yet decoded), its declared size and resized size within the bounds."""
+    try:
+        image = Image.open(handle)
+    except Image.DecompressionBombError as exc:  # Pillow's own bound, checked on the header as ours is
+        raise DatasetError(f"{path.name!r}: {exc}") from None
+    width, height = image.size
+    if width * height > MAX_IMAGE_PIXELS:
+        image.close()
+        raise DatasetError(f"{path.name!r}: its header declares {width} x {height} pixels, more than the "
+                           f"{MAX_IMAGE_PIXELS:,} an image may have here")
+    if preprocessing is not None:
+        new_width, new_height = preprocessing.resized_size(width, height)
+        if new_width * new_height > MAX_IMAGE_PIXELS:
+            image.close()
+            raise DatasetError(f"{path.name!r}: {width} x {height} pixels resize to {new_width} x "
+                               f"{new_height}, more than the {MAX_IMAGE_PIXELS:,} an image may have here (an "
+                               "extreme aspect ratio)")
+    return image
+
+
 def decode_image(path: Path, preprocessing: ImagePreprocessing | None = None) -> Image.Image:
     """The RGB Pillow image of the file ``path``, bounded and with its bit depth honoured.
 
@@ -306,23 +336,8 @@ def decode_image(path: Path, preprocessing: ImagePreprocessing | None = None) ->
     ``convert``; an image of 32-bit integer or float pixels, whose scale is unknown, is refused. Other modes convert as
     Pillow converts them (palette, bilevel, CMYK, alpha dropped). A DatasetError names the limit or mode; Pillow's own
     errors (not an image, truncated) are left to the caller."""
-    handle = open_regular(path, "an image file", MAX_IMAGE_FILE_BYTES, DatasetError)
-    with handle:
-        try:
-            image = Image.open(handle)
-        except Image.DecompressionBombError as exc:  # Pillow's own bound, checked on the header as ours is
-            raise DatasetError(f"{path.name!r}: {exc}") from None
-        with image:
-            width, height = image.size
-            if width * height > MAX_IMAGE_PIXELS:
-                raise DatasetError(f"{path.name!r}: its header declares {width} x {height} pixels, more than the "
-                                   f"{MAX_IMAGE_PIXELS:,} an image may have here")
-            if preprocessing is not None:
-                new_width, new_height = preprocessing.resized_size(width, height)
-                if new_width * new_height > MAX_IMAGE_PIXELS:
-                    raise DatasetError(f"{path.name!r}: {width} x {height} pixels resize to {new_width} x "
-                                       f"{new_height}, more than the {MAX_IMAGE_PIXELS:,} an image may have here (an "
-                                       "extreme aspect ratio)")
+    with open_regular(path, "an image file", MAX_IMAGE_FILE_BYTES, DatasetError) as handle:
+        with _opened(handle, path, preprocessing) as image:
             return to_rgb(image, path.name)
 
 
@@ -363,9 +378,65 @@ def topk_label_hits(logits, labels, k: int) -> np.ndarray:
     return np.any(top == labels[:, None], axis=1)
 
 
-def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSet:
+class ImageSource(BatchSource):
+    """The ``pixel_values`` of the images a ``val_map.txt`` lists, decoded and preprocessed per batch: a row's pixels
+    are the same bits whichever batch reads them. A file that cannot be decoded is a DatasetError naming it and its
+    line."""
+
+    def __init__(self, val_map: Path, folder: Path, entries: list[tuple[int, str, int]],
+                 preprocessing: ImagePreprocessing, size: tuple[int, int]):
+        self.val_map, self.folder, self.entries = val_map, folder, entries
+        self.preprocessing, self.size = preprocessing, size
+
+    @property
+    def rows(self) -> int:
+        return len(self.entries)
+
+    @property
+    def row_spec(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        return {"pixel_values": ((3, *self.size), np.dtype(np.float32))}
+
+    def check_headers(self) -> None:
+        """Every image opens as an image within the bounds (:func:`image_header`), before any model runs; a
+        DatasetError names those that do not."""
+        unreadable = []
+        for number, name, _ in self.entries:
+            try:
+                image_header(self.folder / name, self.preprocessing)
+            except DatasetError as exc:
+                raise DatasetError(f"{self.val_map}:{number}: {exc}") from None
+            except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
+                unreadable.append(f"{name!r} ({self.val_map.name}:{number}: {exc})")
+        if unreadable:
+            raise DatasetError(f"{self.folder}: {len(unreadable)} image(s) Pillow cannot decode: "
+                               f"{_first_few(unreadable)}")
+
+    def take(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        pixel_values = np.empty((stop - start, 3) + self.size, np.float32)
+        undecodable = []
+        for row, (number, name, _) in enumerate(self.entries[start:stop]):
+            try:
+                rgb = decode_image(self.folder / name, self.preprocessing)
+            except DatasetError as exc:
+                raise DatasetError(f"{self.val_map}:{number}: {exc}") from None
+            except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
+                undecodable.append(f"{name!r} ({self.val_map.name}:{number}: {exc})")
+                continue
+            x = self.preprocessing(rgb)
+            if x.shape[1:] != self.size:
+                raise DatasetError(f"{self.val_map}:{number}: {name!r} comes out of the preprocessing at "
+                                   f"{x.shape[1]}x{x.shape[2]}; the model takes {self.size[0]}x{self.size[1]}")
+            pixel_values[row] = x
+        if undecodable:
+            raise DatasetError(f"{self.folder}: {len(undecodable)} image(s) Pillow cannot decode: "
+                               f"{_first_few(undecodable)}")
+        return {"pixel_values": pixel_values}
+
+
+def load(path, model, checkpoint=None, limit: int | None = None, stream: bool = False) -> EvaluationSet:
     """The images of ``path`` (a folder holding val_map.txt, or the val_map.txt itself) as ``pixel_values``, with
-    top-1/top-5 accuracy against their labels."""
+    top-1/top-5 accuracy against their labels; with ``stream``, an :class:`ImageSource` that decodes the images of
+    each batch when it is run (every image's header checked up front), else the pixels of every image."""
     path = Path(path)
     folder, val_map = (path, path / VAL_MAP) if path.is_dir() else (path.parent, path)
     if not val_map.exists():
@@ -390,7 +461,8 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
         if not 0 <= label < config.num_labels:
             raise DatasetError(f"{val_map}:{number}: label {label} of {name!r} is outside the model's classes "
                                f"[0, {config.num_labels})")
-    check_input_size(val_map, len(entries), 3 * expected[0] * expected[1] * 4, "images", model.name)
+    if not stream:
+        check_input_size(val_map, len(entries), 3 * expected[0] * expected[1] * 4, "images", model.name)
     files = [folder / name for _, name, _ in entries]
     for number, name, _ in entries:
         check_inside(val_map, number, name, folder)
@@ -399,23 +471,12 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
     if missing:
         raise DatasetError(f"{val_map}: {len(missing)} listed file(s) not found in {folder}: {_first_few(missing)}")
 
-    pixel_values = np.empty((len(entries), 3) + expected, np.float32)
-    undecodable = []
-    for row, ((number, name, _), file) in enumerate(zip(entries, files)):
-        try:
-            rgb = decode_image(file, preprocessing)
-        except DatasetError as exc:
-            raise DatasetError(f"{val_map}:{number}: {exc}") from None
-        except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError) as exc:
-            undecodable.append(f"{name!r} ({val_map.name}:{number}: {exc})")
-            continue
-        x = preprocessing(rgb)
-        if x.shape[1:] != expected:
-            raise DatasetError(f"{val_map}:{number}: {name!r} comes out of the preprocessing at {x.shape[1]}x"
-                               f"{x.shape[2]}; the model takes {expected[0]}x{expected[1]}")
-        pixel_values[row] = x
-    if undecodable:
-        raise DatasetError(f"{folder}: {len(undecodable)} image(s) Pillow cannot decode: {_first_few(undecodable)}")
+    source = ImageSource(val_map, folder, entries, preprocessing, expected)
+    if stream:
+        source.check_headers()
+        inputs = source
+    else:
+        inputs = source.take(0, len(entries))
 
     labels = np.array([label for _, _, label in entries], np.int64)
 
@@ -433,5 +494,5 @@ def load(path, model, checkpoint=None, limit: int | None = None) -> EvaluationSe
         "labels": f"{len(np.unique(labels))} distinct of {config.num_labels} classes",
         "preprocessing": preprocessing.describe(),
     }
-    return EvaluationSet(model=model.name, inputs={"pixel_values": pixel_values}, units=len(entries),
+    return EvaluationSet(model=model.name, inputs=inputs, units=len(entries),
                          provenance=provenance, scorer=scorer)

@@ -21,6 +21,7 @@ import numpy as np
 from boundedio import JSON_CONFIG_LIMIT, InputFileError, load_json, open_regular
 from conformance.datasets import DatasetError, EvaluationSet, load_dataset
 from conformance.datasets.cache import OutputCache, entry_key
+from conformance.distributed.source import BatchSource, Inputs, row_count, take
 from models import CheckpointError, Model, load_model, model_module, run_batched
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
@@ -126,8 +127,9 @@ class UserCase:
     def labelled(self) -> bool:
         return self.evaluation is not None and self.evaluation.labelled
 
-    def inputs(self, count: int) -> dict[str, np.ndarray]:
-        """The model inputs: the whole evaluation set, or ``count`` synthetic samples."""
+    def inputs(self, count: int) -> Inputs:
+        """The model inputs: the whole evaluation set (a source read per batch when it is streamed), or ``count``
+        synthetic samples."""
         if self.evaluation is not None:
             return self.evaluation.inputs
         return self.model.sample_inputs(count, seed=EVAL_SEED)
@@ -146,21 +148,31 @@ class UserCase:
 
     def calibration_inputs(self) -> dict[str, np.ndarray] | None:
         """Inputs the FP8 input scales are calibrated on: the ``--calibration`` data, or None (the backend's own)."""
-        return None if self.calibration is None else self.calibration.inputs
+        return None if self.calibration is None else self.calibration.whole()
 
-    def reference(self, inputs: dict[str, np.ndarray], batch_size: int, cache: OutputCache,
-                  compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
+    def reference(self, inputs: Inputs, batch_size: int, cache: OutputCache,
+                  compute: Callable[[Inputs], dict[str, np.ndarray]] | None = None
                   ) -> tuple[dict, bool]:
         """FP32 outputs of ``inputs`` (from the cache when the same checkpoint, data and code made them before), else
         computed by ``compute(inputs)`` (default: in this process, in batches of ``batch_size``; the accuracy tests
         pass their engine's run)."""
         data = self.evaluation.provenance if self.evaluation is not None else {
-            "format": "synthetic", "seed": EVAL_SEED, "count": len(next(iter(inputs.values())))}
+            "format": "synthetic", "seed": EVAL_SEED, "count": row_count(inputs)}
         checkpoint = self.checkpoint["files"] if self.checkpoint else {"seeded_weights": WEIGHT_SEED}
         key = entry_key(self.name, checkpoint, {**data, "config": config_summary(self.model)})
-        run = compute if compute is not None else (lambda given: run_batched(self.model, given, batch_size))
+        run = compute if compute is not None else (lambda given: _run_batched(self.model, given, batch_size))
         return cache.get_or_compute(self.name, key, lambda: run(inputs),
-                                    names=self.model.output_names, rows=len(next(iter(inputs.values()))))
+                                    names=self.model.output_names, rows=row_count(inputs))
+
+
+def _run_batched(model: Model, inputs: Inputs, batch_size: int) -> dict[str, np.ndarray]:
+    """:func:`models.run_batched` over ``inputs``, a source read one batch at a time (the same batches, the same
+    bits)."""
+    if not isinstance(inputs, BatchSource):
+        return run_batched(model, inputs, batch_size)
+    count = row_count(inputs)
+    parts = [model(take(inputs, start, min(start + batch_size, count))) for start in range(0, count, batch_size)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path], samples: dict[str, int],
@@ -191,7 +203,8 @@ def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path], 
         evaluation = None
         if name in datasets:
             try:
-                evaluation = load_dataset(name, datasets[name], model, checkpoint=checkpoints.get(name), limit=limit)
+                evaluation = load_dataset(name, datasets[name], model, checkpoint=checkpoints.get(name), limit=limit,
+                                          stream=True)
             except DatasetError as exc:
                 raise UserInputError(f"--dataset {name}={datasets[name]}: {exc}") from None
             if evaluation.units == 0:

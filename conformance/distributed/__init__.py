@@ -4,13 +4,15 @@ run resumes where it stopped.
 
 A :class:`Job` is what the batches share (a model and its prepared ops, sent to each worker once) and the function
 that computes one batch; :meth:`Engine.run` returns the batches' results in batch order whatever order they finish in,
-so a run on workers gives the same bits as a serial one. :func:`make_engine` builds the engine from the run's
+so a run on workers gives the same bits as a serial one. The inputs are a dict of arrays or a :class:`BatchSource`
+that reads each batch's rows when the run reaches them. :func:`make_engine` builds the engine from the run's
 settings (``workers``, ``cluster``).
 """
 
 from conformance.distributed.address import check_address
 from conformance.distributed.engine import Batch, Engine, EngineError, Job, Progress, RunStats
 from conformance.distributed.fingerprint import fingerprint, suite_version
+from conformance.distributed.source import BatchSource, Inputs, pick, row_count, row_elements, take
 from conformance.distributed.store import BatchStore
 
 
@@ -36,5 +38,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Batch", "BatchStore", "DaskEngine", "Engine", "EngineError", "Job", "Progress", "RunStats", "check_address",
-           "fingerprint", "make_engine", "suite_version"]
+__all__ = ["Batch", "BatchSource", "BatchStore", "DaskEngine", "Engine", "EngineError", "Inputs", "Job", "Progress",
+           "RunStats", "check_address", "fingerprint", "make_engine", "pick", "row_count", "row_elements",
+           "suite_version", "take"]

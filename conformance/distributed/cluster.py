@@ -8,13 +8,16 @@ the suite's models. A user starts a cluster with ``dask scheduler`` and ``dask w
 gives the scheduler's address.
 
 The state of a job (a model and its prepared ops) is scattered to every worker once per job and stays there for the
-job's batches; a worker that joins later (a replacement for a lost one) fetches it from a peer. Dask runs the tasks of
+job's batches; a worker that joins later (a replacement for a lost one) fetches it from a peer. The batches' inputs are
+read here and submitted a few per worker ahead of those finished (:data:`IN_FLIGHT_PER_WORKER`), so that a data set
+streamed from disk is held a few batches at a time. Dask runs the tasks of
 a worker that dies on the others (up to its ``allowed-failures``); the run then says which workers were lost.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import logging
 import os
 import uuid
@@ -32,6 +35,7 @@ from conformance.distributed.store import BatchStore
 from conformance.numerics.formats import THREADS_VARIABLE
 
 CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer
+IN_FLIGHT_PER_WORKER = 2  # batches submitted per worker ahead of those finished
 
 
 def blas_signature() -> dict[str, list]:
@@ -151,23 +155,46 @@ class DaskEngine(Engine):
     def describe(self) -> dict:
         return {"engine": self.kind, "workers": self.workers, "address": self.address or "local"}
 
+    def in_flight(self) -> int:
+        """Batches submitted ahead of those finished: :data:`IN_FLIGHT_PER_WORKER` per worker, enough to keep every
+        worker busy while the next batches are read, few enough that a streamed data set is held a few batches at a
+        time."""
+        return IN_FLIGHT_PER_WORKER * max(self.workers, 1)
+
     def _compute(self, job: Job, todo, stats: RunStats) -> Iterator[tuple[int, dict, dict, float]]:
-        if not todo:
+        todo = iter(todo)
+        first = next(todo, None)
+        if first is None:
             return
         before = set(self.client.scheduler_info()["workers"])
+        window = self.in_flight()
         state = self.client.scatter(job.state, broadcast=True, hash=False)
         tag = uuid.uuid4().hex[:8]
-        futures = {self.client.submit(timed_compute, job.compute, state, part, options, pure=False,
-                                      key=f"{job.name}-batch{index}-{tag}"): index
-                   for index, part, options in todo}
+        futures: dict = {}
+
+        def submit(item):
+            index, part, options = item
+            future = self.client.submit(timed_compute, job.compute, state, part, options, pure=False,
+                                        key=f"{job.name}-batch{index}-{tag}")
+            futures[future] = index
+            return future
+
+        submit(first)
+        for item in itertools.islice(todo, window - 1):
+            submit(item)
+        running = as_completed(list(futures), loop=self.client.loop)
         try:
-            for future in as_completed(futures, loop=self.client.loop):
-                index = futures[future]
+            for future in running:
+                index = futures.pop(future)
                 try:
                     outputs, extras, seconds = future.result()
                 except KilledWorker as exc:
                     raise EngineError(f"{job.name}: batch {index} was running on workers of {self.where} that died "
                                       f"each time it ran (out of memory, or killed?): {exc}") from None
+                future.release()
+                item = next(todo, None)
+                if item is not None:
+                    running.add(submit(item))
                 yield index, outputs, extras, seconds
         finally:
             self.client.cancel(list(futures) + [state])

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from conformance.distributed.source import Inputs, take
 from conformance.distributed.store import BatchStore
 
 # compute(state, inputs, options) -> (outputs, extras): a module-level function, so that a worker imports it by name
@@ -150,30 +151,35 @@ class Engine:
     def describe(self) -> dict:
         return {"engine": self.kind, "workers": self.workers}
 
-    def run(self, job: Job, inputs: dict[str, np.ndarray], batches: list[Batch],
+    def run(self, job: Job, inputs: Inputs, batches: list[Batch],
             progress: Callable[[str], None] | None = None
             ) -> tuple[list[tuple[dict[str, np.ndarray], dict]], RunStats]:
         """(outputs, extras) of every batch, in batch order, and what the run did. Batches the store has are read,
         the others computed (and stored as each finishes, so that an interrupted run keeps what it computed).
-        ``progress``: where the run's :class:`Progress` lines go (none without it)."""
+        ``inputs``: a dict of arrays, or a :class:`BatchSource` whose batches are read as the run reaches them (at
+        most :meth:`in_flight` computed batches held at once). ``progress``: where the run's :class:`Progress` lines
+        go (none without it)."""
         start = time.perf_counter()
         stats = RunStats(self.kind, self.workers, batches=len(batches))
         tracker = Progress(progress or (lambda line: None), job.name, batches)
         results: list = [None] * len(batches)
         keys: dict[int, str] = {}
-        todo = []
-        for index, batch in enumerate(batches):
-            part = {k: v[batch.start:batch.stop] for k, v in inputs.items()}
-            if self.store is not None:
-                keys[index] = self.store.key(job.identity, part, batch.options)
-                hit = self.store.read(job.name, keys[index])
-                if hit is not None:
-                    results[index] = hit
-                    stats.stored += 1
-                    tracker.stored(batch)
-                    continue
-            todo.append((index, part, batch.options))
-        for index, outputs, extras, seconds in self._compute(job, todo, stats):
+
+        def todo() -> Iterator[tuple[int, dict, dict]]:
+            """The batches to compute with their inputs, read one at a time as the computation takes them."""
+            for index, batch in enumerate(batches):
+                part = take(inputs, batch.start, batch.stop)
+                if self.store is not None:
+                    keys[index] = self.store.key(job.identity, part, batch.options)
+                    hit = self.store.read(job.name, keys[index])
+                    if hit is not None:
+                        results[index] = hit
+                        stats.stored += 1
+                        tracker.stored(batch)
+                        continue
+                yield index, part, batch.options
+
+        for index, outputs, extras, seconds in self._compute(job, todo(), stats):
             extras = canonical(extras)
             if self.store is not None:
                 self.store.write(job.name, keys[index], outputs, extras)
@@ -184,9 +190,14 @@ class Engine:
         stats.wall_s = time.perf_counter() - start
         return results, stats
 
-    def _compute(self, job: Job, todo: list[tuple[int, dict, dict]], stats: RunStats
+    def in_flight(self) -> int:
+        """The most batches whose inputs are held at once while they are computed."""
+        return 1
+
+    def _compute(self, job: Job, todo: Iterator[tuple[int, dict, dict]], stats: RunStats
                  ) -> Iterator[tuple[int, dict, dict, float]]:
-        """(index, outputs, extras, compute seconds) of each batch of ``todo``, in any order."""
+        """(index, outputs, extras, compute seconds) of each batch of ``todo``, in any order; ``todo`` is taken
+        from lazily (at most :meth:`in_flight` batches ahead of what has been yielded)."""
         for index, part, options in todo:
             yield (index, *timed_compute(job.compute, job.state, part, options))
 
