@@ -35,7 +35,8 @@ def test_a_damaged_entry_is_recomputed_and_replaced(tmp_path):
     cache = OutputCache(tmp_path)
     cache.get_or_compute("widedeep", "d" * 64, _outputs)
     cache.path("widedeep", "d" * 64).write_bytes(b"not an npz")
-    outputs, hit = cache.get_or_compute("widedeep", "d" * 64, _outputs)
+    with pytest.warns(UserWarning, match="not a readable .npz archive.*computed again and replaced"):
+        outputs, hit = cache.get_or_compute("widedeep", "d" * 64, _outputs)
     assert not hit and outputs["probabilities"].shape == (3, 2)
     assert cache.get_or_compute("widedeep", "d" * 64, _outputs)[1]
 
