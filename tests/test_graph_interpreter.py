@@ -108,6 +108,42 @@ def test_operators_compute_what_onnxruntime_computes():
         assert got[key].shape == expected[key].shape and relative_error(got[key], expected[key]) <= 1e-6, key
 
 
+def test_index_and_mask_arithmetic_runs_exactly_as_onnxruntime_runs_it():
+    """Range, integer Add/Sub/Mul/Div (ONNX's division truncates towards zero), comparisons, And/Or, IsNaN and Where:
+    index and mask steps, exact in numpy (none of them goes through the ops), equal to onnxruntime's."""
+    i64, f = TensorProto.INT64, TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "one"], ["n"], name="n", axis=0),                    # 6
+        helper.make_node("Range", ["zero", "n", "one"], ["r"], name="range"),                     # 0..5
+        helper.make_node("Sub", ["r", "three"], ["centred"], name="centred"),                     # -3..2
+        helper.make_node("Div", ["centred", "two"], ["halved"], name="halved"),                   # truncated
+        helper.make_node("Mul", ["halved", "three"], ["scaled"], name="scaled"),
+        helper.make_node("Add", ["scaled", "one"], ["shifted"], name="shifted"),
+        helper.make_node("GreaterOrEqual", ["shifted", "zero"], ["ge"], name="ge"),
+        helper.make_node("Less", ["r", "three"], ["lt"], name="lt"),
+        helper.make_node("And", ["ge", "lt"], ["both"], name="both"),
+        helper.make_node("Or", ["ge", "lt"], ["either"], name="either"),
+        helper.make_node("IsNaN", ["x"], ["nan"], name="nan"),
+        helper.make_node("Where", ["nan", "fill", "x"], ["clean"], name="clean"),
+        helper.make_node("Where", ["both", "clean", "fill"], ["masked"], name="masked"),
+    ]
+    inits = [const("zero", np.int64(0)), const("one", np.int64(1)), const("two", np.int64(2)),
+             const("three", np.int64(3)), const("fill", np.float32(-1.0))]
+    outputs = [helper.make_tensor_value_info("shifted", i64, [6]),
+               helper.make_tensor_value_info("either", TensorProto.BOOL, [6]),
+               helper.make_tensor_value_info("masked", f, ["batch", 6])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", f, ["batch", 6])], outputs, inits)
+    x = np.random.default_rng(5).standard_normal((3, 6)).astype(np.float32)
+    x[1, 2] = np.nan
+    expected = dict(zip(["shifted", "either", "masked"], session(model).run(None, {"x": x})))
+    got = Interpreter(model.SerializeToString()).run({"x": x}, Ops())
+    for key, value in expected.items():
+        assert got[key].dtype == value.dtype, key
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+    np.testing.assert_array_equal(got["shifted"], [-2, -2, 1, 1, 1, 4])  # -3//2 would give -2 - 1: truncation
+
+
 def decomposed_norm_graph():
     """LayerNorm as exporters below opset 17 write it, then an RMS norm: ReduceMean, Sub, Pow, Add, Sqrt and Div by a
     computed tensor."""

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 from conformance.graphs.case import ALL, DRAWN_SAMPLES, DataSource, GraphCase, GraphCaseError, TaskView
 from conformance.graphs.interpreter import Interpreter, InterpreterError
-from conformance.graphs.runtime import max_relative_error, run, session
+from conformance.graphs.runtime import max_relative_error, relative_error, run, session
 from conformance.hardware import get_backend
 from models.ops import Ops
 
@@ -119,6 +119,41 @@ def test_cpu_fp32_ops_match_onnxruntime_on_the_graphs(graphs, pytester, tmp_path
     assert {(r["model"], r["precision"], r["check"]) for r in records} == {
         ("vit", "fp32", "snr_db"), ("distilbert", "fp32", "snr_db")}
     assert all(r["passed"] and r["value"] >= r["target"] == 80.0 for r in records)
+
+
+def test_a_masked_distilbert_is_judged_on_its_npz(tmp_path, pytester):
+    """DistilBERT exported with its attention mask (torch writes the mask's logic as Range, integer arithmetic, And,
+    GreaterOrEqual, IsNaN, Where): the interpreter runs it as onnxruntime does, padded positions included, and the
+    graph is judged end to end on a .npz at fp16 and fp8 (a mask indexes no table, so it cannot be drawn)."""
+    torch.manual_seed(0)
+    model = transformers.DistilBertForSequenceClassification(transformers.DistilBertConfig(
+        vocab_size=100, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64, num_labels=3)).eval()
+    ids = torch.randint(0, 100, (6, 16))
+    mask = torch.ones(6, 16, dtype=torch.int64)
+    mask[1, 10:] = 0
+    mask[4, 3:] = 0
+    path = tmp_path / "masked.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
+                          output_names=["logits"], opset_version=OPSET, dynamo=False,
+                          dynamic_axes={"input_ids": {0: "batch"}, "attention_mask": {0: "batch"},
+                                        "logits": {0: "batch"}})
+    feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    assert {"Range", "And", "IsNaN"} <= {n.op_type for n in onnx.load(path).graph.node}
+    got = Interpreter(path.read_bytes()).run(feed, Ops())["logits"]
+    assert relative_error(got, session(path).run(None, feed)[0]) <= 1e-5
+    with torch.no_grad():  # and torch's own answer, the padded rows included
+        assert relative_error(got, model(ids, attention_mask=mask).logits.numpy()) <= 1e-5
+    np.savez(tmp_path / "in.npz", **feed)
+    report = tmp_path / "report"
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "ipu", "--profile", "smoke",
+                                           "--precision", "fp16,fp8", "--onnx", f"masked={path}", "--dataset",
+                                           f"masked={tmp_path / 'in.npz'}", "--calibration",
+                                           f"masked={tmp_path / 'in.npz'}", "--report-dir", str(report))
+    assert result.ret == 0, result.stdout.str()
+    records = json.loads((report / "results.json").read_text())["records"]
+    assert {(r["precision"], r["check"]) for r in records if r["passed"]} >= {("fp16", "snr_db"), ("fp8", "snr_db")}
 
 
 def test_npz_inputs_and_calibration_are_used(graphs, tmp_path):

@@ -434,19 +434,20 @@ class GraphCase:
         """What the report says was judged: the graph in the checkpoint's place (path, sha256, opset), its inputs and
         FP8 calibration data, and the engine of the FP32 reference."""
         config = self.model.config
-        drawn = (f"drawn from the graph's input signature (seed {{}}): "
-                 + "; ".join(f"{name} {how}" for name, how in self.model.draws().items()))
+        def drawn(seed: int) -> str:  # called only where inputs were drawn (a graph may take undrawable ones)
+            return (f"drawn from the graph's input signature (seed {seed}): "
+                    + "; ".join(f"{name} {how}" for name, how in self.model.draws().items()))
         out: dict[str, Any] = {
             "checkpoint": {"path": config.path, "sha256": config.sha256, "format": "onnx", "opset": config.opset,
                            "parameters": self.model.num_parameters, "config": {},
                            "inputs": [s.describe() for s in self.model.input_specs],
                            "outputs": list(self.model.output_names)},
-            "dataset": self.evaluation.provenance if self.evaluation is not None else drawn.format(EVAL_SEED),
+            "dataset": self.evaluation.provenance if self.evaluation is not None else drawn(EVAL_SEED),
             "task_metrics_against": "labels and fp32" if self.labelled else "fp32",
             "fp32_reference": f"onnxruntime {onnxruntime.__version__} (CPU)",
         }
         if self.preprocessing is not None:
             out["preprocessing_from"] = str(Path(self.preprocessing).resolve())
         out["fp8_calibration"] = (self.calibration.provenance if self.calibration is not None
-                                  else drawn.format(CALIBRATION_SEED))
+                                  else drawn(CALIBRATION_SEED))
         return out

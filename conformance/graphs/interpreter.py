@@ -312,14 +312,30 @@ def _conv(node, args, attrs, ops, constant, interp):
                        name=_layer(node.name))]
 
 
+_INTEGER_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+
+
+def _integers(*values) -> bool:
+    """Whether every operand holds integers (index and shape arithmetic, run exactly, not through the ops)."""
+    return all(_array(v).dtype.kind in "iub" for v in values)
+
+
 def _binary(method):
     def run(node, args, attrs, ops, constant, interp):
+        if _integers(*args):
+            return [_INTEGER_OPS[method](args[0], args[1])]
         return [getattr(ops, method)(args[0], args[1], name=_layer(node.name))]
     return run
 
 
 def _div(node, args, attrs, ops, constant, interp):
     a, b = args
+    if _integers(a, b):  # ONNX's integer division truncates towards zero
+        a, b = np.asarray(a), np.asarray(b)
+        if not np.all(b):
+            raise InterpreterError(f"node {node.name!r}: integer Div by zero")
+        quotient = np.abs(a) // np.abs(b)
+        return [(np.sign(a) * np.sign(b) * quotient).astype(np.result_type(a, b))]
     if node.input[1] in constant:
         reciprocal = (1.0 / np.asarray(b, np.float64)).astype(F32)
         if np.array_equal(1.0 / reciprocal.astype(np.float64), np.asarray(b, np.float64)):  # exact: x / b = x * (1/b)
@@ -477,6 +493,14 @@ def _erf(node, args, attrs, ops, constant, interp):
                            "x * 0.5 * (1 + Erf(x / sqrt(2))) (the ops contract has no erf of its own)")
 
 
+def _range(node, args, attrs, ops, constant, interp):
+    start, limit, delta = (np.asarray(a).reshape(()) for a in args)
+    if delta == 0:
+        raise InterpreterError(f"node {node.name!r}: Range with a delta of 0")
+    count = max(int(np.ceil((limit - start) / delta)), 0)  # ONNX's number of elements
+    return [(start + delta * np.arange(count, dtype=start.dtype)).astype(start.dtype)]
+
+
 def _expand(node, args, attrs, ops, constant, interp):
     x, shape = args
     return [np.broadcast_to(x, np.broadcast_shapes(np.shape(x), tuple(int(d) for d in shape))).copy()]
@@ -494,13 +518,17 @@ _RUN = {
     "Concat": _concat, "Split": _split, "Flatten": _flatten, "Shape": _shape, "Constant": _constant,
     "Expand": _expand, "ConstantOfShape": _constant_of_shape, "Erf": _erf,
     "Equal": _elementwise_exact(np.equal), "Not": _elementwise_exact(np.logical_not),
-    "Where": _elementwise_exact(np.where),
+    "And": _elementwise_exact(np.logical_and), "Or": _elementwise_exact(np.logical_or),
+    "Greater": _elementwise_exact(np.greater), "GreaterOrEqual": _elementwise_exact(np.greater_equal),
+    "Less": _elementwise_exact(np.less), "LessOrEqual": _elementwise_exact(np.less_equal),
+    "IsNaN": _elementwise_exact(np.isnan), "Where": _elementwise_exact(np.where), "Range": _range,
 }
 SUPPORTED = frozenset(_RUN)
 # Operators whose outputs are constant when their inputs are (weights laid out by shape steps stay weights).
 _EXACT = frozenset({"Identity", "Cast", "Reshape", "Transpose", "Slice", "Unsqueeze", "Squeeze", "Concat", "Split",
                     "Flatten", "Shape", "Constant", "Expand", "Equal", "Not", "Where", "Gather",
-                    "ConstantOfShape"})
+                    "ConstantOfShape", "And", "Or", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsNaN",
+                    "Range"})
 
 
 # -- sub-graph forms of one op ------------------------------------------------------------------------------------
