@@ -263,3 +263,78 @@ def test_the_skip_list_and_scales_reach_poprt_as_the_policy_says(plugin_importab
         assert fp8["fp8_input_dict"] and fp8["fp8_weight_dict"]
         named = set(fp8["fp8_input_dict"]) | set(fp8["fp8_weight_dict"])
         assert "deep.mlp.1" not in named and named <= nodes
+
+
+BROKEN_POPRT = {  # a poprt package's __init__.py -> what the reason must name
+    "oserror": ('raise OSError("libpoprt_runtime.so: cannot open shared object file")', "OSError",
+                "libpoprt_runtime.so"),
+    "runtimeerror": ('raise RuntimeError("Poplar SDK not enabled")', "RuntimeError", "Poplar SDK not enabled"),
+    "syntaxerror": ("def broken(:\n", "SyntaxError", "invalid syntax"),
+    "valueerror": ('raise ValueError("numpy.dtype size changed")', "ValueError", "numpy.dtype size changed"),
+    "exit": ('raise SystemExit("no IPU driver")', "SystemExit", "no IPU driver"),
+    "no-api": ('__version__ = "0.0"\n', "poprt.Pass", "not the version this backend runs on"),
+}
+
+
+def _broken_poprt(root: Path, body: str) -> Path:
+    package = root / "broken_poprt" / "poprt"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(body)
+    return package.parent
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN_POPRT))
+def test_a_poprt_that_raises_on_import_or_lacks_its_api_is_unavailable_with_its_text(plugin_importable, monkeypatch,
+                                                                                     tmp_path, kind):
+    """Whatever a broken PopRT raises on import, or a poprt without the API the engine uses, the backend is unavailable
+    with that text (the run stops with it, exit 4), and its versions say so: never an exception out of the check."""
+    body, kind_name, text = BROKEN_POPRT[kind]
+    monkeypatch.syspath_prepend(str(_broken_poprt(tmp_path, body)))
+    from conformance import hardware
+    from ipu_poprt.backend import PoprtBackend
+
+    backend = PoprtBackend()
+    reason = hardware.unavailable(backend)
+    assert reason is not None and kind_name in reason and text in reason, reason
+    assert "needs the Python module 'poprt'" in reason and "Poplar SDK" in reason
+    assert backend.versions()["poprt"] == "not importable"
+
+
+def test_the_registry_turns_any_exception_of_a_backends_check_or_entry_point_into_a_reason(monkeypatch):
+    """Generic, for every plugin: a backend whose unavailable() raises, or whose entry point raises when loaded, is a
+    reason or a HardwareRegistryError naming the exception, never a crash."""
+    from conformance import hardware
+    from conformance.hardware.cpu import CpuBackend
+
+    class Raising(CpuBackend):
+        def unavailable(self):
+            raise OSError("libdriver.so: cannot open shared object file")
+
+    reason = hardware.unavailable(Raising())
+    assert "OSError" in reason and "libdriver.so" in reason and "'cpu'" in reason
+
+    class Entry:
+        name, value = "broken", "broken_plugin.backend:Backend"
+
+        def load(self):
+            raise SyntaxError("invalid syntax (backend.py, line 3)")
+
+    monkeypatch.setattr(hardware, "_entry_points", lambda: {"broken": Entry()})
+    hardware.backend_class.cache_clear()
+    try:
+        with pytest.raises(hardware.HardwareRegistryError, match="'broken' cannot be loaded.*SyntaxError.*line 3"):
+            hardware.backend_class("broken")
+    finally:
+        hardware.backend_class.cache_clear()
+
+
+def test_with_a_poprt_that_raises_on_import_choosing_it_is_a_usage_error_before_any_test(installed, tmp_path):
+    broken = _broken_poprt(tmp_path, BROKEN_POPRT["oserror"][0])
+    paths = [str(installed), str(broken), os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    result = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "--hardware", "poprt", "--model", MODEL,
+                             "--profile", "smoke"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    err = result.stdout + result.stderr
+    assert result.returncode == 4, err[-3000:]
+    assert "OSError" in err and "libpoprt_runtime.so" in err and "Traceback" not in err
+    assert "passed" not in result.stdout and "failed" not in result.stdout

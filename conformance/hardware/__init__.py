@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import metadata
 
-from conformance.hardware.base import Backend, UnsupportedCombination
+from conformance.hardware.base import Backend, UnsupportedCombination, exception_text, runtime_problem
 
 ENTRY_POINT_GROUP = "ipu_conformance.hardware"
 
@@ -42,7 +42,11 @@ def backend_class(name: str) -> type[Backend]:
     entry = _entry_points().get(name)
     if entry is None:
         raise HardwareRegistryError(f"unknown hardware {name!r}; expected one of: {', '.join(hardware_names())}")
-    cls = entry.load()
+    try:
+        cls = entry.load()
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin that cannot be loaded is not a crash of the run
+        raise HardwareRegistryError(f"hardware {name!r} cannot be loaded: entry point {entry.value} in "
+                                    f"{ENTRY_POINT_GROUP!r} raised {type(exc).__name__}: {exception_text(exc)}") from None
     if not (isinstance(cls, type) and issubclass(cls, Backend)) or cls.name != name:
         raise HardwareRegistryError(f"entry point {name} = {entry.value} in {ENTRY_POINT_GROUP!r} must be a "
                                     f"conformance.hardware.base.Backend subclass whose name is {name!r}")
@@ -56,6 +60,19 @@ def get_backend(name: str, chip: str | None = None) -> Backend:
     return backend_class(name)(chip)
 
 
+def unavailable(backend: Backend) -> str | None:
+    """Why ``backend`` cannot run here (:meth:`Backend.unavailable`), or the exception that check raised, as text: a
+    runtime that cannot be imported or used is never a crash of the run, whatever it raises."""
+    try:
+        reason = backend.unavailable()
+    except (Exception, SystemExit) as exc:  # noqa: BLE001
+        return (f"checking whether hardware {backend.name!r} can run here raised {type(exc).__name__}: "
+                f"{exception_text(exc)}")
+    if reason is not None and not isinstance(reason, str):
+        return f"hardware {backend.name!r} cannot run here ({reason!r})"
+    return reason or None
+
+
 def hardware_precisions(name: str) -> tuple[str, ...]:
     """The precisions of the hardware registered as ``name``, against which a data file that names that hardware's
     precisions is checked (a backend's precisions may come from its own data files: it is made to read them)."""
@@ -63,4 +80,4 @@ def hardware_precisions(name: str) -> tuple[str, ...]:
 
 
 __all__ = ["Backend", "UnsupportedCombination", "ENTRY_POINT_GROUP", "HardwareRegistryError", "backend_class",
-           "get_backend", "hardware_names", "hardware_precisions"]
+           "get_backend", "hardware_names", "hardware_precisions", "runtime_problem", "unavailable"]

@@ -23,6 +23,8 @@ tables for its name in :attr:`Backend.targets_dir`.
 from __future__ import annotations
 
 import abc
+import importlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Callable, ClassVar
 
@@ -38,6 +40,34 @@ TIMINGS = ("measured", "simulated")
 # MLPerf's measurements.json fields that say what a precision holds; the FP32 reference's values.
 DATA_TYPE_KEYS = ("input_data_types", "weight_data_types", "weight_transformations")
 FP32_DATA_TYPES = {"input_data_types": "fp32", "weight_data_types": "fp32", "weight_transformations": "none"}
+
+
+def runtime_problem(module: str, names: Iterable[str] = ()) -> str | None:
+    """Why the runtime ``module`` a backend runs on cannot serve it: the exception its import raises (any of them: a
+    runtime whose native library does not load raises OSError, a broken install SyntaxError or RuntimeError), or the
+    first of ``names`` it lacks (dotted paths below the module, e.g. ``compiler.Compiler``: a submodule is imported
+    when it is not an attribute); None when it imports with all of them. For :meth:`Backend.unavailable`: the text
+    follows the module's name ("the module 'x' " + this)."""
+    try:
+        found = importlib.import_module(module)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever the import raises, the runtime is not usable
+        return f"cannot be imported ({type(exc).__name__}: {exception_text(exc)})"
+    for name in names:
+        where, value = module, found
+        for part in name.split("."):
+            where = f"{where}.{part}"
+            try:
+                value = getattr(value, part) if hasattr(value, part) else importlib.import_module(where)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001
+                return (f"imports but has no {where} ({type(exc).__name__}: {exception_text(exc)}): not the "
+                        "version this backend runs on")
+    return None
+
+
+def exception_text(exc: BaseException, limit: int = 300) -> str:
+    """An exception's text on one line, cut to ``limit`` characters (for a message that names it)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class UnsupportedCombination(Exception):

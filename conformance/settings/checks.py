@@ -6,7 +6,7 @@ or runs other sources is a :class:`~conformance.settings.options.SettingsError` 
 
 from __future__ import annotations
 
-from conformance import distributed
+from conformance import distributed, hardware
 from conformance.settings.options import SettingsError
 from conformance.settings.run import RunSettings
 from conformance.targets import DataFileError
@@ -51,7 +51,7 @@ def check_targets_runnable(settings: RunSettings) -> None:
 
 
 def check_runnable(settings: RunSettings) -> None:
-    reason = settings.backend.unavailable()
+    reason = hardware.unavailable(settings.backend)
     if reason:
         raise SettingsError(f"--hardware {settings.hardware}: {reason}")
     check_data_files()
