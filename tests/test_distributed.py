@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -126,6 +127,148 @@ def test_a_cluster_that_does_not_answer_is_a_clear_error():
     assert time.perf_counter() - start < 30
 
 
+class _Peer:
+    """A loopback TCP listener that is not a Dask scheduler: it accepts each connection and then ``answer(conn)``."""
+
+    def __init__(self, answer):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp://127.0.0.1:{self.server.getsockname()[1]}"
+        self.held: list = []
+        self.answer = answer
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            self.answer(conn)
+
+    def close(self):
+        self.server.close()
+        for conn in self.held:
+            conn.close()
+
+
+def _bounded(call, seconds: float = 120):
+    """What ``call()`` raises, from a thread that must end within ``seconds`` (a hang fails the test, not the suite)."""
+    done: dict = {}
+
+    def run():
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001
+            done["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    return done.get("error")
+
+
+HOSTILE_PEERS = {  # what the peer does once it has accepted -> what the error must say
+    "silent": (lambda conn: None, "accepted the connection but sent nothing within 2 s"),
+    "http": (lambda conn: conn.sendall(b"HTTP/1.0 200 OK\r\nServer: SimpleHTTP/0.6\r\n\r\n<html>"),
+             "answered 'HTTP/1.0 200 OK"),
+    "closes": (lambda conn: conn.close(), "accepted the connection and closed it"),
+    "huge-frames": (lambda conn: conn.sendall((1 << 61).to_bytes(8, "little") + b"\xff" * 8),
+                    "which is not Dask's protocol"),
+    "bad-frames": (lambda conn: conn.sendall((24).to_bytes(8, "little") + b"\x00" * 24),
+                   "does not speak Dask's protocol"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_PEERS))
+def test_a_peer_that_is_not_a_dask_scheduler_is_a_clear_error_in_bounded_time(kind):
+    """A listener that accepts and never answers, answers a web server's bytes (Dask would allocate exabytes for
+    them), closes, or sends frames Dask cannot read: an EngineError naming the address and what answered."""
+    answer, said = HOSTILE_PEERS[kind]
+    peer = _Peer(answer)
+    try:
+        error = _bounded(lambda: DaskEngine(address=peer.address, connect_timeout=2))
+    finally:
+        peer.close()
+    assert isinstance(error, EngineError), repr(error)
+    assert f"--cluster {peer.address}" in str(error) and said in str(error), str(error)
+
+
+def test_a_web_server_on_the_cluster_address_is_a_clear_error():
+    """``python -m http.server``: it waits for a request, as a silent listener does."""
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        line = server.stdout.readline()
+        port = int(line.split(" port ")[1].split()[0])
+        error = _bounded(lambda: DaskEngine(address=f"127.0.0.1:{port}", connect_timeout=2))
+    finally:
+        server.kill()
+        server.wait()
+    assert isinstance(error, EngineError) and "sent nothing within 2 s" in str(error), repr(error)
+
+
+@pytest.fixture
+def scheduler():
+    """A Dask scheduler in this process, without workers."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None, protocol="tcp://",
+                      host="127.0.0.1") as local:
+        yield local.scheduler_address
+
+
+def test_a_scheduler_of_another_dask_version_is_refused(scheduler, monkeypatch):
+    monkeypatch.setattr(cluster_module, "local_versions", lambda: {"dask": "2023.1.0", "distributed": "2023.1.0"})
+    error = _bounded(lambda: cluster_module.probe(scheduler, 5))
+    assert isinstance(error, EngineError), repr(error)
+    assert f"--cluster {scheduler}: the Dask scheduler there runs another version" in str(error)
+    assert "2023.1.0 here" in str(error) and f"distributed {cluster_module.distributed.__version__} there" in str(error)
+    monkeypatch.undo()
+    assert cluster_module.probe(scheduler, 5)["packages"]["distributed"] == cluster_module.distributed.__version__
+
+
+def test_a_tls_address_without_certificates_is_a_clear_error():
+    error = _bounded(lambda: DaskEngine(address="tls://127.0.0.1:8786", connect_timeout=2))
+    assert isinstance(error, EngineError), repr(error)
+    assert "tls:// scheduler needs this process's certificates" in str(error)
+    assert "DASK_DISTRIBUTED__COMM__TLS__CA_FILE" in str(error)
+
+
+def _certificates(folder: Path) -> dict[str, str]:
+    """A CA and a certificate it signed (openssl), for a TLS scheduler and its client on loopback."""
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=conformance-test-ca")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "key.pem", "-out", "cert.csr", "-subj", "/CN=127.0.0.1")
+    openssl("x509", "-req", "-in", "cert.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+            "cert.pem", "-days", "2")
+    return {name: str(folder / name) for name in ("ca.pem", "cert.pem", "key.pem")}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make certificates")
+def test_a_tls_scheduler_is_reached_with_the_certificates_dasks_configuration_names(tmp_path):
+    import dask
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    files = _certificates(tmp_path)
+    security = Security(tls_ca_file=files["ca.pem"], tls_scheduler_cert=files["cert.pem"],
+                        tls_scheduler_key=files["key.pem"], tls_client_cert=files["cert.pem"],
+                        tls_client_key=files["key.pem"], require_encryption=True)
+    config = {"distributed.comm.tls.ca-file": files["ca.pem"], "distributed.comm.tls.client.cert": files["cert.pem"],
+              "distributed.comm.tls.client.key": files["key.pem"]}
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None, protocol="tls://",
+                      security=security) as local:
+        assert local.scheduler_address.startswith("tls://")
+        with dask.config.set(config):
+            answer = cluster_module.probe(local.scheduler_address, 10)
+        assert answer["packages"]["distributed"] == cluster_module.local_versions()["distributed"]
+
+
 def test_the_accuracy_runs_take_their_engine_from_the_settings(tmp_path):
     serial = AccuracyRuns(SimpleNamespace(cache_dir=None, workers=None, cluster=None), None, None, {}, None)
     assert type(serial.engine()) is Engine and serial.engine().store is None  # as without the engine: nothing stored
@@ -235,6 +378,62 @@ def test_a_killed_worker_costs_time_not_results(workers, tmp_path, monkeypatch):
     _same(expected, run)
     assert run.stats.lost_workers and any("lost during the run" in w for w in done["warnings"])
     workers.client.wait_for_workers(2, timeout=60)  # the nanny restarted it
+
+
+def _slow_batch(state, inputs: dict, options: dict):
+    """A batch's task that takes a while (so that a worker can be stopped in the middle of a run)."""
+    time.sleep(0.25)
+    return {"y": inputs["x"] * 2}, {}
+
+
+def test_a_worker_that_stops_answering_loses_its_batches_to_the_others(monkeypatch):
+    """A worker frozen mid-run (SIGSTOP: alive, its connections open, silent) is removed by the scheduler once its
+    heartbeats stop, and its batches run on the other worker: the run finishes with every result and names the
+    lost worker (without a bound the run would wait for it as long as it stays frozen)."""
+    monkeypatch.setattr(cluster_module, "WORKER_TTL_S", 2)  # the scheduler's floor: ten heartbeats (5 s)
+    job = Job("stopped", None, _slow_batch, "slow")
+    inputs = {"x": np.arange(48.0)}
+    batches = [Batch(i, i + 2) for i in range(0, 48, 2)]
+    done: dict = {}
+    with make_engine(workers=2) as engine:
+        pid = next(iter(engine.client.run(os.getpid).values()))
+        lines: list = []
+
+        def run():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                done["run"] = engine.run(job, inputs, batches, progress=lines.append)
+            done["warnings"] = [str(w.message) for w in caught]
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        time.sleep(1.0)  # a few batches in
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            thread.join(120)
+            assert not thread.is_alive(), "the run waited for the stopped worker"
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:  # its nanny ended it once the scheduler removed it
+                pass
+    results, stats = done["run"]
+    assert [r[0]["y"].tolist() for r in results] == [[2.0 * i, 2.0 * i + 2] for i in range(0, 48, 2)]
+    assert stats.lost_workers and any("lost during the run" in w for w in done["warnings"])
+
+
+def test_a_run_with_a_cluster_address_that_is_not_dask_stops_before_any_test_with_exit_4():
+    peer = _Peer(lambda conn: conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n"))
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "conformance/", "--hardware", "cpu", "--model",
+                               "widedeep", "--profile", "smoke", "--cluster", peer.address, "-p", "no:randomly"],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:
+        peer.close()
+    out = done.stdout + done.stderr
+    assert done.returncode == 4, out[-3000:]
+    assert f"--cluster {peer.address}" in out and "HTTP/1.0 400 Bad Request" in out and "Traceback" not in out
+    assert "passed" not in done.stdout and "failed" not in done.stdout
 
 
 class _Interrupt:

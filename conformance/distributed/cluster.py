@@ -12,21 +12,40 @@ job's batches; a worker that joins later (a replacement for a lost one) fetches 
 read here and submitted a few per worker ahead of those finished (:data:`IN_FLIGHT_PER_WORKER`), so that a data set
 streamed from disk is held a few batches at a time. Dask runs the tasks of
 a worker that dies on the others (up to its ``allowed-failures``); the run then says which workers were lost.
+
+Every wait on the network is bounded. Connecting (:func:`probe`) reads the scheduler's greeting and asks its versions
+within one deadline (a peer that accepts and never answers, or answers with bytes that are not Dask's protocol, is an
+:class:`EngineError` naming the address and what answered, before Dask reads a byte of it), and refuses a scheduler of
+another Dask version. A local cluster's scheduler removes a worker that stops answering (no heartbeat for
+:data:`WORKER_TTL_S`) and runs its batches on the others, and fails a batch no worker could take for
+:data:`NO_WORKERS_TIMEOUT_S`; a running cluster's scheduler does the same with its own ``worker-ttl`` (5 minutes by
+default).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import itertools
 import logging
 import os
+import socket
+import struct
+import sys
+import threading
+import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dask
 import threadpoolctl
+import distributed
 from distributed import Client, KilledWorker, LocalCluster, as_completed
+from distributed.client import FutureCancelledError
+from distributed.comm import connect
+from distributed.scheduler import NoValidWorkerError
+from distributed.security import Security
 
 from conformance.distributed.address import check_address
 from conformance.distributed.engine import Engine, EngineError, Job, RunStats, timed_compute
@@ -34,7 +53,11 @@ from conformance.distributed.fingerprint import suite_version
 from conformance.distributed.store import BatchStore
 from conformance.numerics.formats import THREADS_VARIABLE
 
-CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer
+CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer: its greeting, versions and client handshake
+GREETING_LIMIT = 1 << 20  # bytes of a Dask scheduler's first message, its handshake (a few hundred in practice)
+SAME_VERSION = ("dask", "distributed")  # packages whose versions the scheduler and this process must share
+WORKER_TTL_S = 60  # a local worker that sends no heartbeat for this long is removed and its batches run elsewhere
+NO_WORKERS_TIMEOUT_S = 300  # a batch that no worker of a local cluster can take for this long fails the run
 IN_FLIGHT_PER_WORKER = 2  # batches submitted per worker ahead of those finished
 
 
@@ -77,6 +100,141 @@ def has_dashboard() -> bool:
     return importlib.util.find_spec("bokeh") is not None
 
 
+def _shown(data: bytes, limit: int = 60) -> str:
+    """The first bytes a peer sent, as a person reads them."""
+    text = data[:limit].decode("utf-8", "backslashreplace")
+    return repr(text + ("..." if len(data) > limit else ""))
+
+
+def _greeting(address: str, host: str, port: int, deadline: float, seconds: float) -> None:
+    """The first bytes of a ``tcp://`` scheduler, read before Dask reads any: a Dask scheduler greets each connection
+    at once with its handshake, whose first 8 bytes are its length. An :class:`EngineError` naming the address and
+    what answered when nothing answers by ``deadline``, the peer closes, or what it sends is not Dask's protocol."""
+    timeout = max(deadline - time.monotonic(), 0.001)
+    try:
+        sock = socket.create_connection((host.strip("[]"), port), timeout=timeout)
+    except OSError as exc:
+        raise EngineError(f"--cluster {address}: no Dask scheduler answered within {seconds:g} s "
+                          f"({type(exc).__name__}: {str(exc)[:200]}); is `dask scheduler` running there and "
+                          "reachable from here?") from None
+    data = b""
+    with sock:
+        try:
+            while len(data) < 8:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                chunk = sock.recv(64)
+                if not chunk:
+                    raise EngineError(f"--cluster {address}: the peer there accepted the connection and closed it "
+                                      f"after {len(data)} bytes ({_shown(data)}) without a Dask scheduler's greeting; "
+                                      "check the address and port (`dask scheduler` prints them)")
+                data += chunk
+        except (TimeoutError, socket.timeout):
+            raise EngineError(f"--cluster {address}: something there accepted the connection but sent "
+                              + (f"only {_shown(data)}" if data else "nothing")
+                              + f" within {seconds:g} s, where a Dask "
+                              "scheduler greets at once: not a Dask scheduler (check the address and port), or one "
+                              "too busy to answer") from None
+        except OSError as exc:
+            raise EngineError(f"--cluster {address}: the connection failed before a Dask scheduler's greeting "
+                              f"({type(exc).__name__}: {str(exc)[:200]})") from None
+    (length,) = struct.unpack("<Q", data[:8])
+    if not 0 < length <= GREETING_LIMIT:
+        raise EngineError(f"--cluster {address}: the peer there answered {_shown(data)}, which is not Dask's protocol "
+                          "(a web server? the dashboard's port?); expected the scheduler's address, e.g. "
+                          "tcp://HOST:8786 (what `dask scheduler` prints)")
+
+
+async def _versions(address: str, connection_args: dict) -> dict:
+    """The scheduler's answer to ``versions``, over one Dask connection (its handshake included)."""
+    comm = await connect(address, timeout=CONNECT_TIMEOUT_S * 10, **connection_args)
+    try:
+        await comm.write({"op": "versions", "reply": True})
+        return await comm.read()
+    finally:
+        comm.abort()
+
+
+def _within(deadline: float, seconds: float, call: Callable[[], object], what: str):
+    """``call()``, run in a thread of its own, if it returns by ``deadline``; an :class:`EngineError` saying ``what``
+    did not answer otherwise (the thread is left to end with the process: a wait that does not end is not waited
+    on)."""
+    done: dict = {}
+
+    def run():
+        try:
+            done["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            done["error"] = exc
+
+    thread = threading.Thread(target=run, name="conformance-cluster-connect", daemon=True)
+    thread.start()
+    thread.join(max(deadline - time.monotonic(), 0.001))
+    if thread.is_alive():
+        raise EngineError(f"{what} did not finish within {seconds:g} s of connecting")
+    if "error" in done:
+        raise done["error"]
+    return done.get("value")
+
+
+def local_versions() -> dict[str, str]:
+    """This process's versions of :data:`SAME_VERSION`."""
+    return {"dask": dask.__version__, "distributed": distributed.__version__}
+
+
+def probe(address: str, timeout: float | None = None, connection_args: dict | None = None) -> dict:
+    """The versions of the Dask scheduler at ``address``, asked within ``timeout`` seconds in all (the TCP connection,
+    its greeting, Dask's handshake, the answer), with ``connection_args`` (default: Dask's configuration, its TLS
+    certificates for a ``tls://`` address); an :class:`EngineError` naming the address and what answered when
+    the peer does not answer in time, is not a Dask scheduler, or runs another version of :data:`SAME_VERSION`."""
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    scheme, _, rest = address.partition("://")
+    host, _, port = rest.rpartition(":")
+    if connection_args is None:
+        connection_args = Security().get_connection_args("client")  # Dask's TLS configuration, as its Client reads it
+    if scheme == "tls" and not connection_args.get("ssl_context"):
+        raise EngineError(f"--cluster {address}: a tls:// scheduler needs this process's certificates, and Dask's "
+                          "configuration names none; set distributed.comm.tls.ca-file, distributed.comm.tls.client.cert "
+                          "and distributed.comm.tls.client.key (e.g. DASK_DISTRIBUTED__COMM__TLS__CA_FILE=ca.pem, "
+                          "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=cert.pem, DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"
+                          "=key.pem), or give the scheduler's tcp:// address")
+    if scheme == "tcp":
+        _greeting(address, host, int(port), deadline, timeout)
+
+    def ask():
+        quiet = logging.getLogger("distributed.protocol.core")  # it logs a peer's bytes it cannot read as CRITICAL
+        was, quiet.disabled = quiet.disabled, True
+        try:
+            return asyncio.run(asyncio.wait_for(_versions(address, connection_args),
+                                                max(deadline - time.monotonic(), 0.001)))
+        finally:
+            quiet.disabled = was
+
+    try:
+        answer = _within(deadline + 1, timeout, ask, f"--cluster {address}: the Dask scheduler's handshake")
+    except EngineError:
+        raise
+    except (TimeoutError, asyncio.TimeoutError):
+        raise EngineError(f"--cluster {address}: the peer there greeted like a Dask scheduler but did not answer "
+                          f"within {timeout:g} s; is it a Dask scheduler, and not overloaded?") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the peer's bytes made Dask raise (MemoryError included)
+        raise EngineError(f"--cluster {address}: the peer there does not speak Dask's protocol as this process does "
+                          f"({type(exc).__name__}: {str(exc)[:200]}); expected a `dask scheduler` of distributed "
+                          f"{distributed.__version__}") from None
+    packages = answer.get("packages") if isinstance(answer, dict) else None
+    if not isinstance(packages, dict):
+        raise EngineError(f"--cluster {address}: the peer there answered {str(answer)[:200]!r} when asked its "
+                          f"versions; expected a `dask scheduler` of distributed {distributed.__version__}")
+    mine = local_versions()
+    other = {name: packages.get(name) for name in SAME_VERSION if packages.get(name) != mine[name]}
+    if other:
+        shown = ", ".join(f"{name} {version} there, {mine[name]} here" for name, version in other.items())
+        raise EngineError(f"--cluster {address}: the Dask scheduler there runs another version ({shown}); start it "
+                          f"from the same environment as this process (pip install dask=={mine['dask']} "
+                          f"distributed=={mine['distributed']})")
+    return answer
+
+
 class DaskEngine(Engine):
     kind = "dask"
 
@@ -87,14 +245,25 @@ class DaskEngine(Engine):
         self.address = check_address(address) if address is not None else None
         self._cluster = None
         if self.address is not None:
+            probe(self.address, connect_timeout)
+            deadline = time.monotonic() + connect_timeout
             try:
-                self.client = Client(self.address, timeout=connect_timeout, set_as_default=False)
-            except (OSError, TimeoutError) as exc:
+                with dask.config.set({"distributed.comm.timeouts.connect": f"{connect_timeout}s"}):
+                    self.client = _within(deadline, connect_timeout, lambda: Client(self.address, timeout=connect_timeout,
+                                                                   set_as_default=False),
+                                          f"--cluster {self.address}: the Dask client's handshake")
+            except EngineError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a scheduler that answered the probe and then failed the client
                 raise EngineError(f"--cluster {self.address}: no Dask scheduler answered within {connect_timeout:g} s "
                                   f"({type(exc).__name__}: {str(exc)[:200]}); is `dask scheduler` running there and "
                                   "reachable from here?") from None
         else:
-            with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environment()}):
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environment(),
+                                  "distributed.scheduler.worker-ttl": f"{WORKER_TTL_S}s",
+                                  "distributed.scheduler.no-workers-timeout": f"{NO_WORKERS_TIMEOUT_S}s",
+                                  # every worker keeps its copy of a job's state: one that is lost costs no other
+                                  "distributed.scheduler.active-memory-manager.start": False}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                              dashboard_address=":0",  # a free port: never a clash
                                              silence_logs=logging.ERROR)
@@ -105,7 +274,8 @@ class DaskEngine(Engine):
             except TimeoutError:
                 raise EngineError(f"{self.where} has no workers: none joined within {connect_timeout * 3:g} s; start "
                                   f"them with `dask worker {self.address or 'ADDRESS'}`") from None
-            self._check_versions()
+            _within(time.monotonic() + connect_timeout * 3, connect_timeout * 3, self._check_versions,
+                    f"asking the workers of {self.where} for their versions")
         except BaseException:
             self.close()
             raise
@@ -191,6 +361,15 @@ class DaskEngine(Engine):
                 except KilledWorker as exc:
                     raise EngineError(f"{job.name}: batch {index} was running on workers of {self.where} that died "
                                       f"each time it ran (out of memory, or killed?): {exc}") from None
+                except FutureCancelledError as exc:
+                    raise EngineError(f"{job.name}: batch {index} was cancelled by {self.where} ({str(exc)[:200]}): "
+                                      "the workers that held the job's model were lost (a scheduler whose active "
+                                      "memory manager keeps one copy of scattered data loses it with that worker); "
+                                      "run again: the computed batches are kept") from None
+                except NoValidWorkerError as exc:
+                    raise EngineError(f"{job.name}: batch {index} found no worker of {self.where} to run it (every "
+                                      "worker died or stopped answering, and none joined): "
+                                      f"{str(exc)[:300]}") from None
                 future.release()
                 item = next(todo, None)
                 if item is not None:
