@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -46,6 +47,37 @@ def size_text(nbytes: float) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
     return f"{int(nbytes)} bytes"
+
+
+MAX_DIGITS = 20  # a count written with more digits than this is not a count
+_INTEGER = re.compile(r"[0-9]{1,%d}" % MAX_DIGITS, re.ASCII)
+_SIGNED = re.compile(r"[+-]?[0-9]{1,%d}" % MAX_DIGITS, re.ASCII)
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?", re.ASCII)
+
+
+def ascii_integer(text: str, low: int, high: int, signed: bool = False) -> int:
+    """``text`` (blanks around it ignored) as an integer from ``low`` to ``high``, written in ASCII digits (with a sign
+    when ``signed``), at most :data:`MAX_DIGITS` of them; a ValueError saying what was expected otherwise. Every count
+    the suite is given, from an option, an environment variable or a file, is read here: Python's ``int()`` and
+    ``str.isdigit()`` also take other scripts' digits (``٣``), ``_`` separators and, for isdigit, superscripts."""
+    text = str(text).strip()
+    if not (_SIGNED if signed else _INTEGER).fullmatch(text):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"expected an integer written in digits, got {shown!r} (the digits 0-9 only)")
+    number = int(text)
+    if not low <= number <= high:
+        raise ValueError(f"expected an integer from {low:,} to {high:,}, got {number:,}")
+    return number
+
+
+def ascii_decimal(text: str) -> float:
+    """``text`` (blanks around it ignored) as a finite number written in ASCII (``-1.5``, ``2e-3``); a ValueError
+    otherwise (``float()`` also takes other scripts' digits, ``_`` separators, ``nan`` and ``inf``)."""
+    text = str(text).strip()
+    if len(text) > MAX_NUMBER_CHARS or not _DECIMAL.fullmatch(text) or not math.isfinite(float(text)):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"expected a finite number written in digits, got {shown!r} (the digits 0-9 only)")
+    return float(text)
 
 
 def regular_file(path, what: str, limit: int | None = None, error: type[ValueError] = InputFileError) -> int:

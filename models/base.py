@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from boundedio import GIB, JSON_CONFIG_LIMIT, load_json, parse_json, regular_file
+from boundedio import GIB, INT64, JSON_CONFIG_LIMIT, ascii_decimal, ascii_integer, load_json, parse_json, regular_file
 from models.ops import FP32, Ops
 
 
@@ -216,9 +216,9 @@ def _parse_field(field: str, text: str, current):
                 raise ValueError
             return raw.lower() in _TRUE
         if isinstance(current, int):
-            return int(raw)
+            return ascii_integer(raw, *INT64, signed=True)
         if isinstance(current, float):
-            return float(raw)
+            return ascii_decimal(raw)
         if isinstance(current, (tuple, list)):
             items = parse_json(raw, field)  # bounded: finite numbers, no nesting beyond what Python reads
             if not isinstance(items, list):

@@ -228,3 +228,10 @@ def test_config_overrides_name_the_field_and_type():
         apply_overrides(config, {"seq_len": "abc"})
     with pytest.raises(ValueError, match=re.escape("config field BertConfig.layer_norm_eps expects a number, got 'x'")):
         apply_overrides(config, {"layer_norm_eps": "x"})
+    # numbers are read as written: int() and float() also take other scripts' digits, separators, nan and inf
+    for field, text in (("seq_len", "\u0661\u0662\u0668"), ("seq_len", "1_28"), ("seq_len", "9" * 30),
+                        ("layer_norm_eps", "\u0661e-5"), ("layer_norm_eps", "nan"), ("layer_norm_eps", "inf"),
+                        ("layer_norm_eps", "1_0.5")):
+        with pytest.raises(ValueError, match=f"config field BertConfig.{field} expects"):
+            apply_overrides(config, {field: text})
+    assert apply_overrides(config, {"layer_norm_eps": "2.5e-3"}).layer_norm_eps == 2.5e-3

@@ -19,7 +19,7 @@ from models import MODEL_NAMES, load_model
 BASE = ["predict", "resnet50", "--precision", "fp16"]
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "x"])
+@pytest.mark.parametrize("value", ["0", "-1", "x", "\u0663", "1_0", "\uff12"])
 def test_clients_below_one_is_a_usage_error(value, capsys):
     with pytest.raises(SystemExit) as exc:
         main(BASE + ["--batch-size", "2", "--clients", value])

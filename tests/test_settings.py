@@ -110,6 +110,10 @@ def test_checks_name_the_option_and_what_is_expected(argv, says):
     (["--shard", f"1/{MAX_SHARDS + 1}"], f"expected at most {MAX_SHARDS} shares"),
     (["--shard", "1/" + "9" * 5000], "argument --shard: '1/999"),
     (["--shard", "1.5/2"], "expected I/N with integers"),
+    (["--shard", "\u0661/\u0662"], "argument --shard"),  # Arabic-Indic 1/2: digits to int() and to \\d
+    (["--workers", "\u0663"], "argument --workers: '\u0663'"),
+    (["--workers", "\uff13"], "argument --workers"),  # a fullwidth three
+    (["--samples", "\u00b2"], "argument --samples"),  # a superscript two: isdigit() but not int()
     (["--report-dir", ""], "argument --report-dir: '' is not a path (empty)"),
     (["--baseline", " "], "argument --baseline: ' ' is not a path (empty)"),
     (["--checkpoint", "widedeep=a\0b"], "holds a NUL character"),
@@ -141,6 +145,9 @@ def test_values_that_cannot_be_read_are_usage_errors_naming_the_option(argv, say
     (THREADS_VARIABLE, "1e3", "CONFORMANCE_THREADS='1e3' is not a positive integer"),
     (THREADS_VARIABLE, "100000", "CONFORMANCE_THREADS='100000' is more threads than any host's cores"),
     (THREADS_VARIABLE, "9" * 5000, "is not a positive integer"),
+    (THREADS_VARIABLE, "\u0663", "CONFORMANCE_THREADS='\u0663' is not a positive integer written in digits 0-9"),
+    (THREADS_VARIABLE, "\u00b2", "is not a positive integer"),
+    (THREADS_VARIABLE, "1_0", "is not a positive integer"),
     (KERNELS_VARIABLE, "cuda", "CONFORMANCE_KERNELS='cuda' is not a kernel path; set it to one of: numba, numpy"),
 ])
 def test_environment_variables_are_checked_naming_them(monkeypatch, name, value, says):

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from boundedio import GIB
+from boundedio import GIB, ascii_integer
 from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE, DEVICE_NAMES
 from conformance.hardware.ipu.timing.cost import default_execution
 from conformance.hardware.ipu.timing.predict import memory_estimate, predict
@@ -33,11 +33,10 @@ def _bounded_int(low: int, high: int):
     """argparse type: an integer in [low, high] (written in at most 20 characters)."""
     def parse(text: str) -> int:
         try:
-            if len(text.strip()) > 20:
-                raise ValueError
-            value = int(text)
+            value = ascii_integer(text, -10 ** 20, 10 ** 20, signed=True)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}], got {text[:30]!r}") from None
+            raise argparse.ArgumentTypeError(f"expected an integer in [{low}, {high}] written in digits 0-9, got "
+                                             f"{text[:30]!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
         if value > high:

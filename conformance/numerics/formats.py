@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from boundedio import MAX_DIGITS, ascii_integer
 from conformance.numerics import compiled
 
 FORMAT_NAMES = ("f16", "f143", "f152")
@@ -198,9 +199,10 @@ def worker_threads() -> int:
     at most 8. ``CONFORMANCE_THREADS`` overrides it (1 turns threading off, e.g. under pytest-xdist)."""
     value = os.environ.get(THREADS_VARIABLE, "")
     if value:
-        if not value.isdigit() or int(value) < 1:
-            raise ValueError(f"{THREADS_VARIABLE} must be a positive integer, got {value!r}")
-        return int(value)
+        try:
+            return ascii_integer(value, 1, 10 ** MAX_DIGITS)
+        except ValueError as exc:
+            raise ValueError(f"{THREADS_VARIABLE} must be a positive integer: {exc}") from None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(8, cores))
 

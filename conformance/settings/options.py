@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from boundedio import InputFileError, read_text
+from boundedio import InputFileError, ascii_integer, read_text
 from conformance.datasets.cache import CACHE_VARIABLE, CacheError, check_writable, default_directory
 from conformance.distributed import EngineError, check_address
 from conformance.hardware import Backend, get_backend, hardware_names
@@ -49,13 +49,7 @@ class SettingsError(ValueError):
 
 def _integer(text: str, low: int, high: int) -> int:
     """``text`` as an integer from ``low`` to ``high``, written in ASCII digits; a ValueError otherwise."""
-    text = text.strip()
-    if not re.fullmatch(r"[0-9]{1,%d}" % MAX_DIGITS, text):
-        raise ValueError(f"expected an integer written in digits, got {text[:40]!r}")
-    number = int(text)
-    if not low <= number <= high:
-        raise ValueError(f"expected an integer from {low} to {high:,}, got {number:,}")
-    return number
+    return ascii_integer(text, low, high)
 
 
 def parse_path(value: str) -> Path:
@@ -96,8 +90,15 @@ def parse_precisions(value: str) -> list[str]:
 
 def parse_shard_option(value: str) -> Shard:
     """``--shard I/N``, N at most :data:`MAX_SHARDS`."""
-    if len(value) > 2 * MAX_DIGITS + 3:
-        raise argparse.ArgumentTypeError(f"{value[:40]!r}...: expected I/N with integers, e.g. 1/4")
+    index, sep, count = value.partition("/")
+    try:
+        if not sep:
+            raise ValueError("no /")
+        ascii_integer(index, 0, 10 ** MAX_DIGITS)
+        ascii_integer(count, 0, 10 ** MAX_DIGITS)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r}: expected I/N with integers written in digits 0-9, "
+                                         "e.g. 1/4") from None
     try:
         shard = parse_shard(value)
     except ValueError as exc:
@@ -517,12 +518,13 @@ def check_threads(value: str) -> None:
     """The emulator's threads: what :func:`~conformance.numerics.formats.worker_threads` reads, at most
     :data:`MAX_THREADS`."""
     try:
-        worker_threads()
+        threads = worker_threads()
     except ValueError:
         raise SettingsError(
-            f"environment variable {THREADS_VARIABLE}={value!r} is not a positive integer; set it to 1 or more (1 turns "
-            f"the emulator's threading off) or unset it (default: the cores, at most 8)") from None
-    if len(value) > MAX_DIGITS or int(value) > MAX_THREADS:
+            f"environment variable {THREADS_VARIABLE}={value[:40]!r} is not a positive integer written in digits 0-9; "
+            f"set it to 1 or more (1 turns the emulator's threading off) or unset it (default: the cores, at most 8)"
+        ) from None
+    if threads > MAX_THREADS:
         raise SettingsError(f"environment variable {THREADS_VARIABLE}={value[:40]!r} is more threads than any host's "
                             f"cores; set it to at most {MAX_THREADS} or unset it (default: the cores, at most 8)")
 
