@@ -106,7 +106,8 @@ def test_a_serial_run_never_imports_dask():
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("address", ["", "localhost", "tcp://", "http://host:80", "host:0", "host:70000", "a b:1"])
+@pytest.mark.parametrize("address", ["", "localhost", "tcp://", "http://host:80", "host:0", "host:70000", "a b:1",
+                                     "host:\u0668\u0667\u0668\u0666", "h\u0663st:8786"])
 def test_a_malformed_cluster_address_is_refused(address):
     with pytest.raises(EngineError, match=r"not a Dask scheduler address; expected \[tcp://\]HOST:PORT"):
         check_address(address)

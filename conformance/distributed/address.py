@@ -6,7 +6,7 @@ import re
 
 from conformance.distributed.engine import EngineError
 
-_ADDRESS = re.compile(r"^(?:(tcp|tls|ucx|inproc)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+_ADDRESS = re.compile(r"^(?:(tcp|tls|ucx|inproc)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})$", re.ASCII)
 
 
 def check_address(address: str) -> str:
