@@ -230,6 +230,21 @@ def test_a_scheduler_of_another_dask_version_is_refused(scheduler, monkeypatch):
     assert cluster_module.probe(scheduler, 5)["packages"]["distributed"] == cluster_module.distributed.__version__
 
 
+def test_a_cluster_whose_scheduler_keeps_frozen_workers_for_ever_is_refused():
+    """A scheduler with its worker-ttl off would wait for a frozen worker's batches without end."""
+    import dask
+    from distributed import LocalCluster
+
+    with dask.config.set({"distributed.scheduler.worker-ttl": None}):
+        local = LocalCluster(n_workers=0, processes=False, dashboard_address=None, protocol="tcp://",
+                             host="127.0.0.1")
+    with local:
+        error = _bounded(lambda: DaskEngine(address=local.scheduler_address, connect_timeout=2))
+    assert isinstance(error, EngineError), repr(error)
+    assert f"--cluster {local.scheduler_address}: its scheduler never removes a worker" in str(error)
+    assert "worker-ttl" in str(error)
+
+
 def test_a_tls_address_without_certificates_is_a_clear_error():
     error = _bounded(lambda: DaskEngine(address="tls://127.0.0.1:8786", connect_timeout=2))
     assert isinstance(error, EngineError), repr(error)

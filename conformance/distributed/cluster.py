@@ -95,6 +95,11 @@ def worker_environment() -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": blas, "MKL_NUM_THREADS": blas}
 
 
+def scheduler_worker_ttl(dask_scheduler=None) -> float | None:
+    """The seconds after which the scheduler removes a worker that sends no heartbeat (run on the scheduler)."""
+    return dask_scheduler.worker_ttl
+
+
 def has_dashboard() -> bool:
     """Whether this process can serve Dask's dashboard (it needs bokeh, which the suite does not install)."""
     return importlib.util.find_spec("bokeh") is not None
@@ -269,6 +274,9 @@ class DaskEngine(Engine):
                                              silence_logs=logging.ERROR)
             self.client = Client(self._cluster, set_as_default=False)
         try:
+            if self.address is not None:
+                _within(time.monotonic() + connect_timeout, connect_timeout, self._check_worker_ttl,
+                        f"--cluster {self.address}: asking the scheduler for its worker-ttl")
             try:
                 self.client.wait_for_workers(workers or 1, timeout=connect_timeout * 3)
             except TimeoutError:
@@ -279,6 +287,19 @@ class DaskEngine(Engine):
         except BaseException:
             self.close()
             raise
+
+    def _check_worker_ttl(self) -> None:
+        """The cluster's scheduler removes a worker that stops answering (its ``distributed.scheduler.worker-ttl`` is
+        set), so that a frozen worker's batches move to the others in bounded time (an EngineError otherwise)."""
+        try:
+            ttl = self.client.run_on_scheduler(scheduler_worker_ttl)
+        except Exception as exc:  # noqa: BLE001 - a scheduler that refuses to run a function cannot run the batches
+            raise EngineError(f"--cluster {self.address}: its scheduler cannot be asked its worker-ttl "
+                              f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        if not ttl:
+            raise EngineError(f"--cluster {self.address}: its scheduler never removes a worker that stops answering "
+                              "(distributed.scheduler.worker-ttl is off), so a frozen worker would hold its batches "
+                              "for ever; start it with a worker-ttl (Dask's default is 5 minutes)")
 
     def _check_versions(self) -> None:
         """Every worker runs the same suite sources and BLAS as this process (an EngineError naming those that do
