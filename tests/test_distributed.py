@@ -438,6 +438,52 @@ def test_a_worker_that_stops_answering_loses_its_batches_to_the_others(monkeypat
     assert stats.lost_workers and any("lost during the run" in w for w in done["warnings"])
 
 
+def _scaled_batch(state: np.ndarray, inputs: dict, options: dict):
+    time.sleep(0.25)
+    return {"y": inputs["x"] * state[0]}, {}
+
+
+def test_a_jobs_model_lost_with_the_workers_that_held_it_is_sent_again():
+    """On a cluster run as Dask runs one by default (its active memory manager keeps one copy of scattered data), the
+    workers holding the job's state are killed mid-run: the state is scattered again and the batches that needed it
+    run again, so the run finishes with every result."""
+    import dask
+    from distributed import LocalCluster
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": cluster_module.worker_environment()}):
+        local = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                             protocol="tcp://", host="127.0.0.1")
+    job = Job("lost-state", np.array([3.0]), _scaled_batch, "scaled")  # one object: scattered under one key
+    inputs = {"x": np.arange(48.0)}
+    batches = [Batch(i, i + 2) for i in range(0, 48, 2)]
+    done: dict = {}
+    with local, DaskEngine(address=local.scheduler_address) as engine:
+        pids = engine.client.run(os.getpid)
+
+        def run():
+            with warnings.catch_warnings(record=True):
+                warnings.simplefilter("always")
+                done["run"] = engine.run(job, inputs, batches)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        holders: list = []
+        deadline = time.monotonic() + 60
+        while not holders and time.monotonic() < deadline:
+            holders = [w for key, where in engine.client.who_has().items() if str(key).startswith("ndarray-")
+                       for w in where]
+            time.sleep(0.05)
+        assert holders, "the job's state was never scattered"
+        time.sleep(1.5)  # half of the batches in (the run takes 3 s of sleep at least)
+        for worker in set(holders):
+            os.kill(pids[worker], signal.SIGKILL)
+        thread.join(180)
+        assert not thread.is_alive(), "the run waited without end"
+    results, stats = done["run"]
+    assert [r[0]["y"].tolist() for r in results] == [[3.0 * i, 3.0 * i + 3] for i in range(0, 48, 2)]
+    assert stats.computed == len(batches) and stats.lost_workers
+
+
 def test_a_run_with_a_cluster_address_that_is_not_dask_stops_before_any_test_with_exit_4():
     peer = _Peer(lambda conn: conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n"))
     try:

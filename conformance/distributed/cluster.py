@@ -11,7 +11,9 @@ The state of a job (a model and its prepared ops) is scattered to every worker o
 job's batches; a worker that joins later (a replacement for a lost one) fetches it from a peer. The batches' inputs are
 read here and submitted a few per worker ahead of those finished (:data:`IN_FLIGHT_PER_WORKER`), so that a data set
 streamed from disk is held a few batches at a time. Dask runs the tasks of
-a worker that dies on the others (up to its ``allowed-failures``); the run then says which workers were lost.
+a worker that dies on the others (up to its ``allowed-failures``); the run then says which workers were lost. When the
+workers that held a job's state are all lost (a scheduler's active memory manager keeps one copy of scattered data),
+the state is scattered again and the batches that needed it are submitted again.
 
 Every wait on the network is bounded. Connecting (:func:`probe`) reads the scheduler's greeting and asks its versions
 within one deadline (a peer that accepts and never answers, or answers with bytes that are not Dask's protocol, is an
@@ -58,6 +60,7 @@ GREETING_LIMIT = 1 << 20  # bytes of a Dask scheduler's first message, its hands
 SAME_VERSION = ("dask", "distributed")  # packages whose versions the scheduler and this process must share
 WORKER_TTL_S = 60  # a local worker that sends no heartbeat for this long is removed and its batches run elsewhere
 NO_WORKERS_TIMEOUT_S = 300  # a batch that no worker of a local cluster can take for this long fails the run
+MAX_STATE_SCATTERS = 5  # times a job's state is sent to the workers again after those that held it were lost
 IN_FLIGHT_PER_WORKER = 2  # batches submitted per worker ahead of those finished
 
 
@@ -359,15 +362,18 @@ class DaskEngine(Engine):
             return
         before = set(self.client.scheduler_info()["workers"])
         window = self.in_flight()
-        state = self.client.scatter(job.state, broadcast=True, hash=False)
+        # the job's state, scattered again when the workers that held it are lost (a scheduler's active memory
+        # manager keeps one copy of scattered data: the scheduler cannot recompute it)
+        shared = {"state": self.client.scatter(job.state, broadcast=True, hash=False), "scattered": 1}
         tag = uuid.uuid4().hex[:8]
-        futures: dict = {}
+        futures: dict = {}  # future -> (its batch, the state future it was given)
+        retries = itertools.count()
 
-        def submit(item):
+        def submit(item, retry: int = 0):
             index, part, options = item
-            future = self.client.submit(timed_compute, job.compute, state, part, options, pure=False,
-                                        key=f"{job.name}-batch{index}-{tag}")
-            futures[future] = index
+            future = self.client.submit(timed_compute, job.compute, shared["state"], part, options, pure=False,
+                                        key=f"{job.name}-batch{index}-{tag}" + (f"-retry{retry}" if retry else ""))
+            futures[future] = (item, shared["state"])
             return future
 
         submit(first)
@@ -376,17 +382,26 @@ class DaskEngine(Engine):
         running = as_completed(list(futures), loop=self.client.loop)
         try:
             for future in running:
-                index = futures.pop(future)
+                item, used = futures.pop(future)
+                index = item[0]
                 try:
                     outputs, extras, seconds = future.result()
+                except FutureCancelledError as exc:
+                    if used.status == "finished":  # cancelled for another reason than a lost state
+                        raise EngineError(f"{job.name}: batch {index} was cancelled by {self.where} "
+                                          f"({str(exc)[:200]})") from None
+                    if used is shared["state"]:
+                        if shared["scattered"] > MAX_STATE_SCATTERS:
+                            raise EngineError(f"{job.name}: the workers of {self.where} that held the job's model "
+                                              f"were lost {MAX_STATE_SCATTERS} times; batch {index} was not computed "
+                                              "(run again: the computed batches are kept)") from None
+                        shared["state"] = self.client.scatter(job.state, broadcast=True, hash=False)
+                        shared["scattered"] += 1
+                    running.add(submit(item, next(retries) + 1))
+                    continue
                 except KilledWorker as exc:
                     raise EngineError(f"{job.name}: batch {index} was running on workers of {self.where} that died "
                                       f"each time it ran (out of memory, or killed?): {exc}") from None
-                except FutureCancelledError as exc:
-                    raise EngineError(f"{job.name}: batch {index} was cancelled by {self.where} ({str(exc)[:200]}): "
-                                      "the workers that held the job's model were lost (a scheduler whose active "
-                                      "memory manager keeps one copy of scattered data loses it with that worker); "
-                                      "run again: the computed batches are kept") from None
                 except NoValidWorkerError as exc:
                     raise EngineError(f"{job.name}: batch {index} found no worker of {self.where} to run it (every "
                                       "worker died or stopped answering, and none joined): "
@@ -397,7 +412,7 @@ class DaskEngine(Engine):
                     running.add(submit(item))
                 yield index, outputs, extras, seconds
         finally:
-            self.client.cancel(list(futures) + [state])
+            self.client.cancel(list(futures) + [shared["state"]])
             lost = sorted(before - set(self.client.scheduler_info()["workers"]))
             if lost:
                 stats.lost_workers += lost
