@@ -252,6 +252,17 @@ def test_a_tls_address_without_certificates_is_a_clear_error():
     assert "DASK_DISTRIBUTED__COMM__TLS__CA_FILE" in str(error)
 
 
+def test_a_tls_configuration_naming_a_missing_certificate_is_a_clear_error(tmp_path):
+    import dask
+
+    missing = str(tmp_path / "no-such-ca.pem")
+    with dask.config.set({"distributed.comm.tls.ca-file": missing,
+                          "distributed.comm.tls.client.cert": missing}):
+        error = _bounded(lambda: DaskEngine(address="tls://127.0.0.1:8786", connect_timeout=2))
+    assert isinstance(error, EngineError), repr(error)
+    assert "--cluster tls://127.0.0.1:8786: Dask's TLS configuration" in str(error) and "no-such-ca.pem" in str(error)
+
+
 def _certificates(folder: Path) -> dict[str, str]:
     """A CA and a certificate it signed (openssl), for a TLS scheduler and its client on loopback."""
     def openssl(*args):

@@ -57,6 +57,7 @@ from conformance.numerics.formats import THREADS_VARIABLE
 
 CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer: its greeting, versions and client handshake
 GREETING_LIMIT = 1 << 20  # bytes of a Dask scheduler's first message, its handshake (a few hundred in practice)
+TLS_FILES = ("ca-file", "client.cert", "client.key")  # Dask's configuration of this process's certificates
 SAME_VERSION = ("dask", "distributed")  # packages whose versions the scheduler and this process must share
 WORKER_TTL_S = 60  # a local worker that sends no heartbeat for this long is removed and its batches run elsewhere
 NO_WORKERS_TIMEOUT_S = 300  # a batch that no worker of a local cluster can take for this long fails the run
@@ -199,7 +200,12 @@ def probe(address: str, timeout: float | None = None, connection_args: dict | No
     scheme, _, rest = address.partition("://")
     host, _, port = rest.rpartition(":")
     if connection_args is None:
-        connection_args = Security().get_connection_args("client")  # Dask's TLS configuration, as its Client reads it
+        try:  # Dask's TLS configuration, as its Client reads it
+            connection_args = Security().get_connection_args("client")
+        except Exception as exc:  # noqa: BLE001 - a certificate file that is missing or not one
+            named = ", ".join(f"{key}={dask.config.get(f'distributed.comm.tls.{key}', None)}" for key in TLS_FILES)
+            raise EngineError(f"--cluster {address}: Dask's TLS configuration ({named}) cannot be used "
+                              f"({type(exc).__name__}: {str(exc)[:200]}); name readable PEM files") from None
     if scheme == "tls" and not connection_args.get("ssl_context"):
         raise EngineError(f"--cluster {address}: a tls:// scheduler needs this process's certificates, and Dask's "
                           "configuration names none; set distributed.comm.tls.ca-file, distributed.comm.tls.client.cert "
