@@ -413,7 +413,8 @@ def _slow_batch(state, inputs: dict, options: dict):
     return {"y": inputs["x"] * 2}, {}
 
 
-def test_a_worker_that_stops_answering_loses_its_batches_to_the_others(monkeypatch):
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_worker_that_stops_answering_loses_its_batches_to_the_others(monkeypatch, when):
     """A worker frozen mid-run (SIGSTOP: alive, its connections open, silent) is removed by the scheduler once its
     heartbeats stop, and its batches run on the other worker: the run finishes with every result and names the
     lost worker (without a bound the run would wait for it as long as it stays frozen)."""
@@ -432,10 +433,13 @@ def test_a_worker_that_stops_answering_loses_its_batches_to_the_others(monkeypat
                 done["run"] = engine.run(job, inputs, batches, progress=lines.append)
             done["warnings"] = [str(w.message) for w in caught]
 
+        if when == "before":  # the job's model is sent to it too
+            os.kill(pid, signal.SIGSTOP)
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        time.sleep(1.0)  # a few batches in
-        os.kill(pid, signal.SIGSTOP)
+        if when == "during":
+            time.sleep(1.0)  # a few batches in
+            os.kill(pid, signal.SIGSTOP)
         try:
             thread.join(120)
             assert not thread.is_alive(), "the run waited for the stopped worker"

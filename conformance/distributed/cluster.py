@@ -361,6 +361,17 @@ class DaskEngine(Engine):
         time."""
         return IN_FLIGHT_PER_WORKER * max(self.workers, 1)
 
+    def _scatter(self, job: Job):
+        """The job's state sent to every worker (a future of it); sent again to the workers left when one is lost while
+        it is sent (a frozen worker is removed after the scheduler's worker-ttl, and the sending fails)."""
+        for _ in range(MAX_STATE_SCATTERS):
+            try:
+                return self.client.scatter(job.state, broadcast=True, hash=False)
+            except OSError as exc:  # distributed's CommClosedError: a worker lost while the state was sent to it
+                error = exc
+        raise EngineError(f"{job.name}: the job's model could not be sent to the workers of {self.where} "
+                          f"({type(error).__name__}: {str(error)[:200]}); workers were lost each time")
+
     def _compute(self, job: Job, todo, stats: RunStats) -> Iterator[tuple[int, dict, dict, float]]:
         todo = iter(todo)
         first = next(todo, None)
@@ -370,7 +381,7 @@ class DaskEngine(Engine):
         window = self.in_flight()
         # the job's state, scattered again when the workers that held it are lost (a scheduler's active memory
         # manager keeps one copy of scattered data: the scheduler cannot recompute it)
-        shared = {"state": self.client.scatter(job.state, broadcast=True, hash=False), "scattered": 1}
+        shared = {"state": self._scatter(job), "scattered": 1}
         tag = uuid.uuid4().hex[:8]
         futures: dict = {}  # future -> (its batch, the state future it was given)
         retries = itertools.count()
@@ -401,7 +412,7 @@ class DaskEngine(Engine):
                             raise EngineError(f"{job.name}: the workers of {self.where} that held the job's model "
                                               f"were lost {MAX_STATE_SCATTERS} times; batch {index} was not computed "
                                               "(run again: the computed batches are kept)") from None
-                        shared["state"] = self.client.scatter(job.state, broadcast=True, hash=False)
+                        shared["state"] = self._scatter(job)
                         shared["scattered"] += 1
                     running.add(submit(item, next(retries) + 1))
                     continue
