@@ -413,7 +413,7 @@ def _slow_batch(state, inputs: dict, options: dict):
     return {"y": inputs["x"] * 2}, {}
 
 
-@pytest.mark.parametrize("when", ["before", "during"])
+@pytest.mark.parametrize("when", [pytest.param("before", marks=pytest.mark.slow), "during"])  # before: 30 s
 def test_a_worker_that_stops_answering_loses_its_batches_to_the_others(monkeypatch, when):
     """A worker frozen mid-run (SIGSTOP: alive, its connections open, silent) is removed by the scheduler once its
     heartbeats stop, and its batches run on the other worker: the run finishes with every result and names the
