@@ -13,6 +13,7 @@ exit 4. Hypothesis runs derandomized (the same examples on every machine)."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -31,12 +32,15 @@ from conformance.distributed import EngineError, check_address
 from conformance.numerics.compiled import KERNEL_PATHS, KERNELS_VARIABLE
 from conformance.settings import ENVIRONMENT, OPTIONS, SettingsError
 from conformance.settings.options import MAX_SHARDS, MAX_WORKERS, THREADS_VARIABLE, check_environment
+from models import bert
+from models.base import apply_overrides
 from tests.test_settings import _parser
 
 REPO = Path(__file__).resolve().parents[1]
 PROPERTY = settings(max_examples=120, deadline=timedelta(seconds=5), database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
 ASCII_COUNT = re.compile(r"[0-9]+", re.ASCII)
+_parser()  # the registry's backends loaded once here, not within an example's deadline
 
 # digits that are not ASCII: Arabic-Indic, Devanagari, fullwidth, mathematical bold, superscripts, circled, fractions
 _LOOKALIKES = "\u0660\u0663\u0669\u0966\u0969\uff10\uff13\U0001d7ce\U0001d7d1\u00b2\u00b3\u00b9\u2070\u2460\u00bd"
@@ -186,8 +190,6 @@ def test_an_environment_variable_is_read_as_written_or_a_usage_error_naming_it(n
 @given(value=HOSTILE)
 @example(value="\u0663")
 def test_a_count_of_the_predict_command_is_read_as_written_or_refused(value):
-    import argparse
-
     number = value.strip(" \t\n\r\x0b\x0c")
     sign = number[:1] in "+-" and len(number) > 1
     written = (-1 if number[:1] == "-" else 1) * _as_written(number[1:]) if sign and _as_written(number[1:]) \
@@ -205,9 +207,6 @@ def test_a_count_of_the_predict_command_is_read_as_written_or_refused(value):
 @given(value=HOSTILE)
 @example(value="\u0661\u0662\u0668")
 def test_a_config_field_given_as_text_is_read_as_written_or_refused_naming_it(value):
-    from models import bert
-    from models.base import apply_overrides
-
     try:
         config = apply_overrides(bert.BertConfig(), {"seq_len": value})
     except (ValueError, TypeError) as exc:
