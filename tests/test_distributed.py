@@ -196,6 +196,23 @@ def test_a_peer_that_is_not_a_dask_scheduler_is_a_clear_error_in_bounded_time(ki
     assert f"--cluster {peer.address}" in str(error) and said in str(error), str(error)
 
 
+def test_a_host_name_that_does_not_resolve_in_time_is_a_clear_error(monkeypatch):
+    """Resolving a name takes no timeout of its own (a resolver that does not answer): the deadline holds it too."""
+    release = threading.Event()
+
+    def stuck(*args, **kwargs):
+        release.wait(60)
+        raise socket.gaierror("released")
+
+    monkeypatch.setattr(socket, "getaddrinfo", stuck)
+    try:
+        error = _bounded(lambda: cluster_module.probe("tcp://scheduler.example:8786", 1))
+    finally:
+        release.set()
+    assert isinstance(error, EngineError), repr(error)
+    assert "--cluster tcp://scheduler.example:8786: resolving and connecting to the host did not finish" in str(error)
+
+
 def test_a_web_server_on_the_cluster_address_is_a_clear_error():
     """``python -m http.server``: it waits for a request, as a silent listener does."""
     server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"], text=True,

@@ -212,8 +212,9 @@ def probe(address: str, timeout: float | None = None, connection_args: dict | No
                           "and distributed.comm.tls.client.key (e.g. DASK_DISTRIBUTED__COMM__TLS__CA_FILE=ca.pem, "
                           "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=cert.pem, DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"
                           "=key.pem), or give the scheduler's tcp:// address")
-    if scheme == "tcp":
-        _greeting(address, host, int(port), deadline, timeout)
+    if scheme == "tcp":  # in a thread of its own: resolving the host name takes no timeout
+        _within(deadline + 1, timeout, lambda: _greeting(address, host, int(port), deadline, timeout),
+                f"--cluster {address}: resolving and connecting to the host")
 
     def ask():
         quiet = logging.getLogger("distributed.protocol.core")  # it logs a peer's bytes it cannot read as CRITICAL
