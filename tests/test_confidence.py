@@ -77,3 +77,105 @@ def test_three_way_verdict_of_a_ratio_gate(n, flips, verdict):
     assert evaluation.details["units_to_establish"] == confidence.units_to_establish(0.99)
     if verdict != "FAIL":
         assert "not established" in evaluation.describe() or verdict == "PASS"
+
+
+# -- ratios of paired metrics: never tighter than the units allow ------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from conformance.accuracy.metrics import auc_metric, auc_placements, mean_metric  # noqa: E402
+
+RATIOS = st.sampled_from([0.9, 0.99, 0.998, 0.999])
+
+
+@st.composite
+def paired_scores(draw, fractional: bool):
+    """Per-unit scores of a hardware and of the base it is relative to, with few or no discordant units."""
+    n = draw(st.integers(1, 4000))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    base = rng.random(n) if fractional else (rng.random(n) < draw(st.floats(0.05, 1.0))).astype(np.float64)
+    hw = base.copy()
+    flips = draw(st.integers(0, min(n, 5)))
+    idx = rng.choice(n, flips, replace=False)
+    hw[idx] = rng.random(flips) if fractional else 1.0 - hw[idx]
+    return hw, base
+
+
+@settings(max_examples=200, deadline=None)
+@given(pair=st.one_of(paired_scores(False), paired_scores(True)), ratio=RATIOS)
+def test_a_ratio_is_never_established_on_fewer_units_than_it_takes(pair, ratio):
+    hw, base = pair
+    if base.sum() == 0:
+        return
+    interval = confidence.ratio_interval(mean_metric(hw), mean_metric(base))
+    if len(hw) < confidence.units_to_establish(ratio):
+        assert interval.low < ratio, (len(hw), interval)
+    assert interval.low <= hw.sum() / base.sum() <= interval.high or np.isnan(interval.high)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 4000), seed=st.integers(0, 2**32 - 1), ratio=RATIOS)
+def test_no_discordant_pair_still_leaves_an_interval(n, seed, ratio):
+    """The same decisions on every unit (the hardware keeps the FP32 outputs) bound the ratio below 1: at most as
+    tightly as n agreeing units, for accuracy against labels and for AUC alike."""
+    rng = np.random.default_rng(seed)
+    p = rng.random(n)
+    labels = (rng.random(n) < p).astype(np.int8)
+    pairs = [(mean_metric((p >= 0.5) == (labels != 0)),) * 2, (auc_metric(p, labels),) * 2]
+    for metric, base in pairs:
+        if np.isnan(metric.value) or metric.value == 0:
+            continue
+        interval = confidence.ratio_interval(metric, base)
+        assert interval.low < 1.0
+        assert interval.low <= confidence.clopper_pearson(n, n).low + 1e-12
+        if n < confidence.units_to_establish(ratio):
+            assert interval.low < ratio
+
+
+@pytest.mark.parametrize("both, lost, gained", [(300, 0, 0), (300, 3, 0), (3000, 5, 5), (40, 1, 2)])
+def test_discordant_pairs_bound_is_the_exact_interval_of_the_kept_fraction(both, lost, gained):
+    """0/1 scores: the lower end is the exact binomial interval of the base's correct units the hardware keeps."""
+    hw = np.array([1.0] * both + [0.0] * lost + [1.0] * gained + [0.0] * 50)
+    base = np.array([1.0] * both + [1.0] * lost + [0.0] * gained + [0.0] * 50)
+    interval = confidence.ratio_interval(mean_metric(hw), mean_metric(base))
+    expected = binomtest(both, both + lost).proportion_ci(confidence_level=0.95, method="exact")
+    assert interval.method == "clopper-pearson on discordant pairs"
+    assert interval.low == pytest.approx(min(expected.low, confidence.clopper_pearson(len(hw), len(hw)).low))
+    upper = binomtest(both, both + gained).proportion_ci(confidence_level=0.95, method="exact").low
+    assert interval.high == pytest.approx(1.0 / upper)
+
+
+def test_placements_average_to_the_auc():
+    rng = np.random.default_rng(3)
+    scores = np.round(rng.random(500), 2)  # ties count one half
+    labels = rng.random(500) < 0.3
+    positives, negatives = auc_placements(scores, labels)
+    assert positives.mean() == pytest.approx(roc_auc(scores, labels)) == pytest.approx(negatives.mean())
+
+
+def _widedeep(rows: int):
+    p = np.random.default_rng(rows).random(rows).astype(np.float32)
+    ref = {"probabilities": np.stack([1 - p, p], axis=1)}
+    return compute_metrics("widedeep", ref, ref, {})
+
+
+@pytest.mark.parametrize("rows, tier", [(8, 0.99), (1024, 0.999), (3687, 0.999)])
+def test_widedeep_label_ratios_below_the_units_they_take_are_not_established(rows, tier):
+    """The hardware's outputs are FP32's, so no decision flips: the label ratios pass and, on fewer rows than
+    ``units_to_establish``, are not established."""
+    gates = parse_targets(f'[ipu.widedeep.fp16]\naccuracy = {{ of = "fp32", ratio = {tier} }}\n'
+                          f'auc = {{ of = "fp32", ratio = {tier} }}\n', "t.toml")
+    fp32 = _widedeep(rows)
+    evaluations = evaluate(gates, fp32, {"fp32": fp32})
+    assert rows < confidence.units_to_establish(tier)
+    assert [(e.gate.metric, e.verdict) for e in evaluations] == [("accuracy", "PASS, not established"),
+                                                                 ("auc", "PASS, not established")]
+    for e in evaluations:
+        assert e.details["ratio_ci95"][0] < tier and e.details["units"] == rows
+
+
+def test_widedeep_label_ratios_establish_the_99_percent_tier_on_the_default_rows():
+    gates = parse_targets('[ipu.widedeep.fp16]\naccuracy = { of = "fp32", ratio = 0.99 }\n'
+                          'auc = { of = "fp32", ratio = 0.99 }\n', "t.toml")
+    fp32 = _widedeep(4096)
+    assert [e.verdict for e in evaluate(gates, fp32, {"fp32": fp32})] == ["PASS", "PASS"]

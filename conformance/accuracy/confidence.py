@@ -6,12 +6,21 @@ whether the evaluation set was large enough to establish it.
   scores such as F1 this is conservative: a [0, 1] score varies at most as much as a 0/1 one of the same mean).
 - A ratio to a precision whose metric is 1 on every unit (the FP32 predictions scored against themselves) is the
   metric itself, with the same interval.
-- Any other ratio (wide&deep's accuracy and AUC against labels, FP8 relative to FP16) gets a paired percentile
-  bootstrap over the evaluation units: the same resampled units for both precisions, seeded, so every run of the same
-  outputs gives the same interval.
+- Any other ratio of mean metrics (accuracy against labels relative to FP32's, FP8 relative to FP16) is bounded by
+  Clopper-Pearson on the discordant pairs, conditionally: of the units the base precision scores (``y``), the
+  hardware keeps ``min(x, y)``; ``sum(x) / sum(y) >= sum(min(x, y)) / sum(y)``, the kept fraction, whose exact
+  interval, given the units the base scores, is the binomial one of ``sum(min(x, y))`` of ``sum(y)``. The upper end
+  is the reverse: ``sum(x) / sum(y) <= sum(x) / sum(min(x, y))``. Units the hardware gains do not offset units it
+  loses in the bound (they do in the point estimate), so the bound is conservative; with no discordant pair at all it
+  is the bound of ``sum(y)`` agreeing units, never 1.
+- AUC (not a mean) gets a seeded paired percentile bootstrap over the evaluation units, widened to the same
+  conditional bound on DeLong's placement values (per positive, the fraction of negatives ranked below it; per
+  negative, the fraction of positives above it; the AUC is the mean of either), whichever of the three is lowest.
 
-All 12 of 12 units agreeing bound agreement from below at 0.735 (two-sided 95%); 32 of 32 at 0.891; showing >= 0.99
-with no disagreement takes 367 units.
+No ratio interval is tighter than ``n`` agreeing units allow: its lower end is at most the exact bound of ``n`` of
+``n``, so fewer units than :func:`units_to_establish` never establish a ratio, however the units agree. All 12 of 12
+units agreeing bound agreement from below at 0.735 (two-sided 95%); 32 of 32 at 0.891; showing >= 0.99 with no
+disagreement takes 368 units.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ BOOTSTRAP_SEED = 0x43493935  # "CI95"
 class Interval:
     low: float
     high: float
-    method: str  # "clopper-pearson" or "paired bootstrap"
+    method: str  # "clopper-pearson", "clopper-pearson on discordant pairs" or "paired bootstrap ..."
 
     def as_list(self) -> list[float]:
         return [self.low, self.high]
@@ -73,17 +82,54 @@ def value_interval(metric: TaskMetric, level: float = LEVEL) -> Interval:
     return _percentiles(stats, level, "bootstrap")
 
 
+def kept_interval(scores: np.ndarray, base_scores: np.ndarray, level: float = LEVEL) -> Interval:
+    """The interval of ``sum(scores) / sum(base_scores)`` from Clopper-Pearson on the discordant pairs: the kept
+    fraction ``sum(min) / sum(base)`` bounds it from below, ``sum(scores) / sum(min)`` from above (NaN where a sum is
+    0: nothing bounds it there)."""
+    x = np.clip(np.asarray(scores, np.float64), 0.0, None)
+    y = np.clip(np.asarray(base_scores, np.float64), 0.0, None)
+    if x.shape != y.shape:
+        raise ValueError(f"paired scores need the same units: {x.shape} vs {y.shape}")
+    kept, base, own = float(np.minimum(x, y).sum()), float(y.sum()), float(x.sum())
+    method = "clopper-pearson on discordant pairs"
+    low = clopper_pearson(kept, base, level).low if base > 0 else math.nan
+    if own <= 0:
+        high = math.nan if base <= 0 else 0.0
+    else:
+        shared = clopper_pearson(kept, own, level).low  # the fraction of the hardware's score the base shares
+        high = 1.0 / shared if shared > 0 else math.nan
+    return Interval(low, high, method)
+
+
+def _at_most_agreeing(interval: Interval, units: int, level: float) -> Interval:
+    """``interval`` with its lower end no higher than ``units`` agreeing units bound it."""
+    cap = clopper_pearson(units, units, level).low
+    if math.isnan(interval.low) or interval.low <= cap:
+        return interval
+    return Interval(cap, interval.high, interval.method)
+
+
 def ratio_interval(metric: TaskMetric, base: TaskMetric, level: float = LEVEL) -> Interval:
-    """The interval of ``metric / base``, both computed on the same units."""
+    """The interval of ``metric / base``, both computed on the same units (the module's docstring says which)."""
     if metric.units != base.units:
         raise ValueError(f"a paired ratio needs the same units: {metric.units} vs {base.units}")
-    if base.scores is not None and metric.scores is not None and np.all(base.scores == 1.0):
-        return clopper_pearson(float(metric.scores.sum()), metric.units, level)
+    if base.scores is not None and metric.scores is not None:
+        if np.all(base.scores == 1.0):
+            return clopper_pearson(float(metric.scores.sum()), metric.units, level)
+        return _at_most_agreeing(kept_interval(metric.scores, base.scores, level), metric.units, level)
     ratios = []
     for idx in _resamples(metric.units):
         denominator = base.statistic(idx)
         ratios.append(metric.statistic(idx) / denominator if denominator else math.nan)
-    return _percentiles(np.array(ratios, np.float64), level, "paired bootstrap")
+    interval = _percentiles(np.array(ratios, np.float64), level, "paired bootstrap")
+    if metric.placements is not None and base.placements is not None and not math.isnan(interval.low):
+        bounds = [kept_interval(own, theirs, level) for own, theirs in zip(metric.placements, base.placements)
+                  if len(own) == len(theirs) and len(own)]
+        lows = [b.low for b in bounds if not math.isnan(b.low)]
+        highs = [b.high for b in bounds if not math.isnan(b.high)]
+        interval = Interval(min([interval.low, *lows]), max([interval.high, *highs]),
+                            "paired bootstrap and clopper-pearson on discordant placements")
+    return _at_most_agreeing(interval, metric.units, level)
 
 
 def units_to_establish(ratio: float, level: float = LEVEL) -> int:
