@@ -22,7 +22,10 @@ def pytest_generate_tests(metafunc):
         return
     settings = run_settings(metafunc.config)
     targets = load_performance_targets().for_hardware(settings.hardware, settings.precisions, settings.models)
-    metafunc.parametrize("performance_target", targets, ids=[t.test_id for t in targets])
+    chip = {p: settings.backend.chip_support(p) for p in {t.precision for t in targets}}
+    metafunc.parametrize("performance_target", [
+        pytest.param(t, id=t.test_id, marks=[pytest.mark.skip(reason=chip[t.precision])] if chip[t.precision] else [])
+        for t in targets])
 
 
 def test_performance(performance_target, settings, backend, model_store, user_cases, record_check):
