@@ -28,6 +28,23 @@ def pytest_generate_tests(metafunc):
         for t in targets])
 
 
+def figure(check: str, value, units: str) -> str:
+    """A check's own figure as a failure prints it: ``p99_latency_ms_at_target_qps 1166.36 ms``."""
+    return f"{check} {'not measured' if value is None else f'{value:.6g}'}{f' {units}' if units else ''}"
+
+
+def server_rates(details: dict) -> str:
+    """A Server run's rates beside its latency: the target, and what LoadGen scheduled and completed."""
+    if "target_qps" not in details:
+        return ""
+    rates = [f"target {details['target_qps']:g} samples/s"]
+    for name in ("scheduled", "completed"):
+        rate = details.get(f"{name}_samples_per_second")
+        if rate is not None:
+            rates.append(f"{name} {rate:.6g} samples/s")
+    return ", " + ", ".join(rates)
+
+
 def test_performance(performance_target, settings, backend, model_store, user_cases, record_check):
     target = performance_target
     plan = plan_target(target, settings.profile, backend, model_store.get(target.model), settings.report_dir,
@@ -83,11 +100,12 @@ def test_performance(performance_target, settings, backend, model_store, user_ca
                      value=0, target=1, op=">=", units="", scenario=target.scenario,
                      details={**details, "invalid_reason": result.invalid_reason})
         pytest.fail(f"{target.test_id}: LoadGen result INVALID: {result.invalid_reason} "
-                    f"({check} {result.value} {units}; logs {settings.published_path(result.log_dir)})\nreproduce: {reproduce}", pytrace=False)
+                    f"({figure(check, value, units)}{server_rates(details)}; "
+                    f"logs {settings.published_path(result.log_dir)})\nreproduce: {reproduce}", pytrace=False)
     if not record.passed:
         validity = "VALID" if result.valid else "INVALID for length: " + result.invalid_reason
         late = details["completion_lateness_ms"]
-        pytest.fail(f"{target.test_id}: {check} {value} {units} misses the target {op} {bound:g} {units} (LoadGen "
+        pytest.fail(f"{target.test_id}: {figure(check, value, units)} misses the target {op} {bound:g} {units} (LoadGen "
                     f"{validity}; logs {settings.published_path(result.log_dir)})"
                     + (f"; completions late by {late} ms (host scheduling)" if late else "")
                     + f"\nreproduce: {reproduce}", pytrace=False)

@@ -132,6 +132,50 @@ def ratio_interval(metric: TaskMetric, base: TaskMetric, level: float = LEVEL) -
     return _at_most_agreeing(interval, metric.units, level)
 
 
+def _kept_units_needed(x: np.ndarray, y: np.ndarray, units: int, ratio: float, level: float) -> int | None:
+    """Units (of which ``x``, ``y`` are the scores of ``len(x)``) at which the kept-fraction bound of
+    :func:`kept_interval` clears ``ratio``, at the proportions seen; None when no count does."""
+    kept, total = float(np.minimum(x, y).sum()), float(y.sum())
+    if total <= 0 or kept / total <= ratio or units <= 0:
+        return None
+    per_unit = (kept / units, total / units)
+
+    def clears(count: int) -> bool:
+        return clopper_pearson(per_unit[0] * count, per_unit[1] * count, level).low >= ratio
+
+    low = units_to_establish(ratio, level) - 1  # below it nothing clears
+    high = max(low + 1, units)
+    while not clears(high):
+        low, high = high, high * 2
+        if high > 10**12:
+            return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if clears(mid) else (mid, high)
+    return high
+
+
+def units_needed(metric: TaskMetric, base: TaskMetric, ratio: float, level: float = LEVEL) -> int | None:
+    """The units at which the ratio's lower bound would clear ``ratio`` if more units kept the proportions these
+    show (as :func:`ratio_interval` bounds it: the kept fraction of the base's scores, for AUC of either class's
+    placement values); None when no count would (the kept fraction is at or below ``ratio``: fewer lost decisions
+    are needed, not more units) or the metric has neither scores nor placements."""
+    if metric.scores is not None and base.scores is not None:
+        return _kept_units_needed(np.asarray(metric.scores, np.float64), np.asarray(base.scores, np.float64),
+                                  metric.units, ratio, level)
+    if metric.placements is None or base.placements is None:
+        return None
+    needs = []
+    for own, theirs in zip(metric.placements, base.placements):
+        if not len(own) or len(own) != len(theirs):
+            return None
+        need = _kept_units_needed(np.asarray(own), np.asarray(theirs), len(own), ratio, level)
+        if need is None:
+            return None
+        needs.append(math.ceil(need * metric.units / len(own)))  # that class's share of the rows
+    return max(needs)
+
+
 def units_to_establish(ratio: float, level: float = LEVEL) -> int:
     """Units that must all agree for the lower bound of the interval to reach ``ratio`` (no disagreement at all)."""
     tail = (1.0 - level) / 2.0

@@ -11,7 +11,9 @@ import base64
 import csv
 import html
 import io
+import math
 import os
+import shlex
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -66,6 +68,58 @@ NOT_ESTABLISHED = "PASS*"
 NOT_ESTABLISHED_NOTE = ("PASS*: passes on its point estimate, but the 95% confidence interval of the measurement "
                         "reaches below the target (PASS, not established): more samples would settle it.")
 VERDICT_ORDER = ("PASS", "PASS*", "XFAIL", "FAIL")  # a cell shows the worst verdict of its checks
+
+
+def _establishing_command(results: dict, model: str, precision: str, samples: int) -> str:
+    """The run that repeats one accuracy test on ``samples`` samples (the run's hardware, chip and data kept)."""
+    settings = results.get("settings") or {}
+    hardware = settings.get("hardware") or results["hardware"]["name"]
+    device = f" --device {settings['device']}" if settings.get("device") else ""
+    data = "".join(f" --{option} {model}={shlex.quote(str(given[model]))}"
+                   for option, given in (("checkpoint", settings.get("checkpoints") or {}),
+                                         ("dataset", settings.get("datasets") or {}))
+                   if model in given)
+    return (f"pytest conformance/test_accuracy.py --hardware {hardware}{device} --model {model} --precision "
+            f"{precision}{data} --samples {model}={samples}")
+
+
+def establishing(results: dict) -> list[str]:
+    """Per model and precision with gated accuracy checks passed but not established (PASS*): the units it ran, the
+    units that would establish them (``details.units_needed`` at the proportions seen, else at least
+    ``details.units_to_establish``) and the command that runs that many samples."""
+    wanted: dict[tuple[str, str], dict] = {}
+    for record in results["records"]:
+        details = record.get("details") or {}
+        if (record["kind"] != "accuracy" or verdict(record) != NOT_ESTABLISHED or "label_floor" in details
+                or not isinstance(details.get("units"), int) or not details.get("units")):
+            continue
+        needed, exact = details.get("units_needed"), True
+        if not isinstance(needed, int):
+            needed, exact = details.get("units_to_establish"), False
+        if not isinstance(needed, int):
+            continue
+        entry = wanted.setdefault((record["model"], record["precision"]),
+                                  {"checks": [], "units": details["units"], "needed": 0, "exact": True,
+                                   "samples": details.get("samples"), "never": []})
+        if not exact and needed <= details["units"]:  # enough units were there: the losses seen keep it below
+            entry["never"].append(record["check"])
+            continue
+        entry["checks"].append(record["check"])
+        if needed > entry["needed"] or (needed == entry["needed"] and not exact):
+            entry["needed"], entry["exact"] = needed, exact
+    lines = []
+    for (model, precision), entry in wanted.items():
+        if entry["never"]:
+            lines.append(f"{model} {precision} ({', '.join(entry['never'])}): {entry['units']} units; at the "
+                         "decisions kept here no count establishes it: fewer lost decisions would, not more units")
+        if not entry["checks"]:
+            continue
+        per_unit = entry["samples"] / entry["units"] if isinstance(entry["samples"], int) else 1
+        samples = math.ceil(entry["needed"] * per_unit)
+        amount = f"about {entry['needed']}" if entry["exact"] else f"at least {entry['needed']}"
+        lines.append(f"{model} {precision} ({', '.join(entry['checks'])}): {entry['units']} units; establishing "
+                     f"takes {amount}: {_establishing_command(results, model, precision, samples)}")
+    return lines
 
 
 # ----- how the figures were obtained (details "timing" and "timing_model") -----------------------------------------
@@ -612,6 +666,8 @@ def terminal(results: dict, detailed: bool = True, width: int | None = None) -> 
         lines += ["", fit_table(headers, rows, width)]
         if check_counts(results)["PASS*"]:
             lines += wrap(NOT_ESTABLISHED_NOTE, width)
+            for line in establishing(results):  # as written: a command stays one line to copy
+                lines.append(f"  {line}")
     if detailed and results["records"]:
         lines += ["", fit_table(check_headers(results), check_rows(results), width, CHECKS_DETAIL_COLUMNS)]
     for test in failed_tests(results):  # as written: a reproduce command stays one line to copy
@@ -705,7 +761,9 @@ def sections(results: dict) -> list[Section]:
     out = [Section("", [Table(("", ""), _summary_pairs(results), css="summary")])]
     headers, rows = matrix(results)
     if rows:
-        out.append(Section("Verdicts", [Table(headers, rows, css="matrix"), Paragraph(matrix_note(results))]))
+        settle = establishing(results)
+        out.append(Section("Verdicts", [Table(headers, rows, css="matrix"), Paragraph(matrix_note(results))]
+                           + ([Items([((Span(line),), []) for line in settle])] if settle else [])))
     judged = judged_rows(results)
     if judged:
         out.append(Section("What was judged", [Table(JUDGED_HEADERS, judged)]))
