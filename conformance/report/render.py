@@ -68,6 +68,8 @@ NOT_ESTABLISHED = "PASS*"
 NOT_ESTABLISHED_NOTE = ("PASS*: passes on its point estimate, but the 95% confidence interval of the measurement "
                         "reaches below the target (PASS, not established): more samples would settle it.")
 VERDICT_ORDER = ("PASS", "PASS*", "XFAIL", "FAIL")  # a cell shows the worst verdict of its checks
+HOST_BOUND_NOTE = ("FAIL (host-bound): a measured figure missed its target where the device side alone met it, or the "
+                   "host was oversubscribed: the host's share, not the device's; the checks say how much.")
 
 
 def _establishing_command(results: dict, model: str, precision: str, samples: int) -> str:
@@ -173,8 +175,16 @@ def check_rows(results: dict) -> list[tuple]:
     for r in results["records"]:
         row = (r["model"], r["precision"], r.get("scenario") or "", r["check"], _value_text(r),
                f"{r['op']} {fmt(r.get('target'))}", r.get("units", ""))
-        rows.append((*row, timing_label(r, results), verdict(r)) if with_timing else (*row, verdict(r)))
+        shown = verdict_text(r)
+        rows.append((*row, timing_label(r, results), shown) if with_timing else (*row, shown))
     return rows
+
+
+def verdict_text(record: dict) -> str:
+    """:func:`verdict`, with why a failing figure of measured hardware is the host's (``details.host_bound``)."""
+    shown = verdict(record)
+    hosted = (record.get("details") or {}).get("host_bound")
+    return f"{shown} (host-bound: {hosted})" if hosted and shown == "FAIL" else shown
 
 
 def outcome_counts(results: dict) -> str:
@@ -305,7 +315,9 @@ def _performance_cell(records: list[dict], precisions: list[str]) -> str:
             figures.append(f"{precision} {_short(result.get('value'))}")
     units = _result_record([r for r in records if r.get("gating", True)], records[0].get("scenario") or "")
     unit = f" {units['units']}" if units and units.get("units") else ""
-    return f"{_worst(verdict(r) for r in records)} {', '.join(figures)}{unit}"
+    worst = _worst(verdict(r) for r in records)
+    hosted = worst == "FAIL" and any((r.get("details") or {}).get("host_bound") for r in records if verdict(r) == "FAIL")
+    return f"{worst}{' (host-bound)' if hosted else ''} {', '.join(figures)}{unit}"
 
 
 def matrix(results: dict) -> tuple[list[str], list[list[str]]]:
@@ -340,6 +352,8 @@ def matrix_note(results: dict) -> str:
         parts.append("Performance figures are simulated by the timing model, not measured.")
     if check_counts(results)["PASS*"]:
         parts.append(NOT_ESTABLISHED_NOTE)
+    if any((r.get("details") or {}).get("host_bound") for r in results["records"] if verdict(r) == "FAIL"):
+        parts.append(HOST_BOUND_NOTE)
     return " ".join(parts)
 
 
