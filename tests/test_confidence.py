@@ -132,17 +132,49 @@ def test_no_discordant_pair_still_leaves_an_interval(n, seed, ratio):
             assert interval.low < ratio
 
 
-@pytest.mark.parametrize("both, lost, gained", [(300, 0, 0), (300, 3, 0), (3000, 5, 5), (40, 1, 2)])
-def test_discordant_pairs_bound_is_the_exact_interval_of_the_kept_fraction(both, lost, gained):
-    """0/1 scores: the lower end is the exact binomial interval of the base's correct units the hardware keeps."""
+@pytest.mark.parametrize("both, lost, gained", [(300, 0, 0), (300, 3, 0), (3000, 5, 5), (40, 1, 2), (12000, 160, 170)])
+def test_discordant_pairs_bound_from_two_exact_intervals(both, lost, gained):
+    """0/1 scores: the bounds come from scipy's exact intervals of the discordant share (of the units either gets
+    right) and of the losses' share (of the discordant), each at 97.5%, at the corners of the ratio."""
     hw = np.array([1.0] * both + [0.0] * lost + [1.0] * gained + [0.0] * 50)
     base = np.array([1.0] * both + [1.0] * lost + [0.0] * gained + [0.0] * 50)
     interval = confidence.ratio_interval(mean_metric(hw), mean_metric(base))
-    expected = binomtest(both, both + lost).proportion_ci(confidence_level=0.95, method="exact")
+    d = lost + gained
+    share = binomtest(d, both + d).proportion_ci(confidence_level=0.975, method="exact").high
+    t = share / (1 - share)
+    pi = binomtest(lost, d).proportion_ci(confidence_level=0.975, method="exact") if d else None
+    pi_high, pi_low = (pi.high, pi.low) if d else (1.0, 0.0)
+    expected_low = (1 + (1 - pi_high) * t) / (1 + pi_high * t) if pi_high > 0.5 else 1.0
+    expected_high = (1 + (1 - pi_low) * t) / (1 + pi_low * t) if pi_low < 0.5 else 1.0
     assert interval.method == "clopper-pearson on discordant pairs"
-    assert interval.low == pytest.approx(min(expected.low, confidence.clopper_pearson(len(hw), len(hw)).low))
-    upper = binomtest(both, both + gained).proportion_ci(confidence_level=0.95, method="exact").low
-    assert interval.high == pytest.approx(1.0 / upper)
+    assert interval.low == pytest.approx(min(expected_low, confidence.clopper_pearson(len(hw), len(hw)).low))
+    assert interval.high == pytest.approx(expected_high)
+    assert interval.low <= hw.sum() / base.sum() <= interval.high
+
+
+def test_losses_and_gains_offset_each_other():
+    """Flips in both directions cancel in the bound as in the point estimate: 160 lost and 170 gained of 12,000
+    establish 99%, where a bound on the kept fraction alone (11,840 of 12,000 < 0.99) never would."""
+    hw = np.array([1.0] * 11840 + [0.0] * 160 + [1.0] * 170 + [0.0] * 4000)
+    base = np.array([1.0] * 11840 + [1.0] * 160 + [0.0] * 170 + [0.0] * 4000)
+    assert confidence.ratio_interval(mean_metric(hw), mean_metric(base)).low >= 0.99
+
+
+@pytest.mark.parametrize("p_both, p_lost, p_gained, n", [(0.7, 0.02, 0.02, 500), (0.8, 0.01, 0.0, 300),
+                                                          (0.5, 0.05, 0.01, 200)])
+def test_the_discordant_pairs_interval_covers_the_true_ratio(p_both, p_lost, p_gained, n):
+    """Seeded draws of paired 0/1 outcomes: the 95% interval holds the population ratio at least 95% of the time."""
+    truth = (p_both + p_gained) / (p_both + p_lost)
+    rng = np.random.default_rng(7)
+    covered = 0
+    draws = 400
+    for _ in range(draws):
+        kind = rng.choice(4, size=n, p=[p_both, p_lost, p_gained, 1 - p_both - p_lost - p_gained])
+        hw = np.isin(kind, (0, 2)).astype(np.float64)
+        base = np.isin(kind, (0, 1)).astype(np.float64)
+        interval = confidence.discordant_interval(hw, base)
+        covered += interval.low <= truth <= (interval.high if not np.isnan(interval.high) else np.inf)
+    assert covered / draws >= 0.95
 
 
 def test_placements_average_to_the_auc():
