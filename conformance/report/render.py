@@ -26,6 +26,7 @@ from conformance.report.checks import provenance, timing_model_of
 from conformance.report.judged import HEADERS as JUDGED_HEADERS
 from conformance.report.judged import judged_by_model, judged_rows
 from conformance.targets.accuracy import TENSOR_METRICS
+from conformance.targets.profiles import RELEASE_PROFILE, load_profiles, profile_role
 
 # MLPerf's units per scenario and which record is a scenario's result
 SCENARIO_UNITS = {"SingleStream": "Latency (ms)", "MultiStream": "Latency (ms)", "Offline": "Samples/s", "Server": "Queries/s"}
@@ -73,8 +74,14 @@ HOST_BOUND_NOTE = ("FAIL (host-bound): a measured figure missed its target where
 
 
 def _establishing_command(results: dict, model: str, precision: str, samples: int) -> str:
-    """The run that repeats one accuracy test on ``samples`` samples (the run's hardware, chip and data kept)."""
+    """The run that repeats one accuracy test on at least ``samples`` samples (the run's hardware, chip and data kept):
+    the release gate's profile where it runs that many of the suite's samples, else ``--samples``."""
     settings = results.get("settings") or {}
+    release = load_profiles()[RELEASE_PROFILE].samples.get(model, 0)
+    if model not in (settings.get("datasets") or {}) and release >= samples:
+        size = f" --profile {RELEASE_PROFILE}"
+    else:
+        size = f" --samples {model}={samples}"
     hardware = settings.get("hardware") or results["hardware"]["name"]
     device = f" --device {settings['device']}" if settings.get("device") else ""
     data = "".join(f" --{option} {model}={shlex.quote(str(given[model]))}"
@@ -82,7 +89,7 @@ def _establishing_command(results: dict, model: str, precision: str, samples: in
                                          ("dataset", settings.get("datasets") or {}))
                    if model in given)
     return (f"pytest conformance/test_accuracy.py --hardware {hardware}{device} --model {model} --precision "
-            f"{precision}{data} --samples {model}={samples}")
+            f"{precision}{data}{size}")
 
 
 def establishing(results: dict) -> list[str]:
@@ -218,7 +225,8 @@ def check_counts(results: dict) -> dict[str, int]:
 def _checks_summary(results: dict) -> str:
     c = check_counts(results)
     gated = c["PASS"] + c["PASS*"] + c["FAIL"] + c["XFAIL"]
-    parts = [f"{c['PASS'] + c['PASS*']} passed" + (f" ({c['PASS*']} not established)" if c["PASS*"] else ""),
+    parts = [f"{c['PASS'] + c['PASS*']} passed ({c['PASS']} established"
+             + (f", {c['PASS*']} not established)" if c["PASS*"] else ")"),
              f"{c['FAIL']} failed"]
     if c["XFAIL"]:
         parts.append(f"{c['XFAIL']} waived")
@@ -245,7 +253,8 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
         pairs.append(("performance figures", timing))
     judged = judged_by_model(results)
     pairs += [
-        ("profile", f"{settings['profile']}, models {', '.join(settings['models'])}"),
+        ("profile", f"{settings['profile']} ({profile_role(settings['profile'])}), models "
+                    f"{', '.join(settings['models'])}"),
         ("judged", "the suite's seeded weights and synthetic samples" if not judged else
          f"your checkpoint or data for {', '.join(judged)} (see What was judged)"
          + ("; the others: seeded weights" if set(settings["models"]) - set(judged) else "")),
@@ -551,7 +560,8 @@ def verdict_line(results: dict) -> str:
     """The run's verdict in one line: what the terminal prints last (one line, whatever the width, for a CI log's
     search)."""
     return (f"conformance {results['verdict']}: hardware={results['hardware']['name']}, "
-            f"profile={results['settings']['profile']}, {outcome_counts(results)}; {_checks_summary(results)}")
+            f"profile={results['settings']['profile']} ({profile_role(results['settings']['profile'])}), "
+            f"{outcome_counts(results)}; {_checks_summary(results)}")
 
 
 def skipped_tests(results: dict) -> list[tuple[str, list[str]]]:
