@@ -118,5 +118,6 @@ def test_performance(performance_target, settings, backend, model_store, user_ca
         hosted = f" (host-bound: {details['host_bound']})" if details.get("host_bound") else ""
         pytest.fail(f"{target.test_id}: {figure(check, value, units)} misses the target {op} {bound:g} {units}{hosted} (LoadGen "
                     f"{validity}; logs {settings.published_path(result.log_dir)})"
-                    + (f"; completions late by {late} ms (host scheduling)" if late else "")
+                    + (f"; completions late by p90 {late['p90']:.3g} ms, max {late['max']:.3g} ms (host scheduling)"
+                       if late else "")
                     + f"\nreproduce: {reproduce}", pytrace=False)
