@@ -53,3 +53,9 @@ def test_the_summary_line_names_the_gate_and_counts_the_established_checks():
     release["settings"]["profile"] = "release"
     assert "profile=release (the release gate)" in render.verdict_line(release)
     assert "profile: release (the release gate)" in render.terminal(release, width=200)
+
+
+def test_a_release_run_with_other_sample_counts_is_not_the_release_gate():
+    release = json.loads(SAMPLE.read_text())
+    release["settings"].update(profile="release", samples={"widedeep": 8})
+    assert "profile=release (not the release gate: --samples replaced its counts)" in render.verdict_line(release)

@@ -222,6 +222,14 @@ def check_counts(results: dict) -> dict[str, int]:
     return counts
 
 
+def _role(results: dict) -> str:
+    """Whether the run was the release gate: its profile, with the profile's own sample counts."""
+    settings = results["settings"]
+    if settings["profile"] == RELEASE_PROFILE and settings.get("samples"):
+        return "not the release gate: --samples replaced its counts"
+    return profile_role(settings["profile"])
+
+
 def _checks_summary(results: dict) -> str:
     c = check_counts(results)
     gated = c["PASS"] + c["PASS*"] + c["FAIL"] + c["XFAIL"]
@@ -253,7 +261,7 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
         pairs.append(("performance figures", timing))
     judged = judged_by_model(results)
     pairs += [
-        ("profile", f"{settings['profile']} ({profile_role(settings['profile'])}), models "
+        ("profile", f"{settings['profile']} ({_role(results)}), models "
                     f"{', '.join(settings['models'])}"),
         ("judged", "the suite's seeded weights and synthetic samples" if not judged else
          f"your checkpoint or data for {', '.join(judged)} (see What was judged)"
@@ -560,7 +568,7 @@ def verdict_line(results: dict) -> str:
     """The run's verdict in one line: what the terminal prints last (one line, whatever the width, for a CI log's
     search)."""
     return (f"conformance {results['verdict']}: hardware={results['hardware']['name']}, "
-            f"profile={results['settings']['profile']} ({profile_role(results['settings']['profile'])}), "
+            f"profile={results['settings']['profile']} ({_role(results)}), "
             f"{outcome_counts(results)}; {_checks_summary(results)}")
 
 
