@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import binomtest
 
 from conformance.accuracy import confidence
 from conformance.accuracy.evaluation import compute_metrics, evaluate
-from conformance.accuracy.metrics import TaskMetric, roc_auc
+from conformance.accuracy.metrics import TaskMetric, auc_metric, auc_placements, mean_metric, roc_auc
 from conformance.targets.accuracy import parse_targets
 
 
@@ -80,10 +82,6 @@ def test_three_way_verdict_of_a_ratio_gate(n, flips, verdict):
 
 
 # -- ratios of paired metrics: never tighter than the units allow ------------------------------------------------------
-
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from conformance.accuracy.metrics import auc_metric, auc_placements, mean_metric  # noqa: E402
 
 RATIOS = st.sampled_from([0.9, 0.99, 0.998, 0.999])
 

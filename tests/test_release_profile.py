@@ -9,9 +9,11 @@ label metric counts the same units of a user's data set."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conformance.accuracy.confidence import units_to_establish
+from conformance.accuracy.evaluation import compute_metrics, evaluate
 from conformance.accuracy.metrics import task_unit_metrics
 from conformance.targets.accuracy import load_targets, parse_targets
 from conformance.targets.profiles import load_profiles
@@ -126,10 +128,6 @@ def test_the_release_rows_establish_widedeeps_label_ratios():
     """wide&deep's gates are ratios against labels, whose bound counts the units either precision gets right (fewer
     than the rows): with the FP32 outputs kept, the release profile's rows still establish every gated one, and an
     edited profile below ``units_to_establish`` establishes none."""
-    import numpy as np
-
-    from conformance.accuracy.evaluation import compute_metrics, evaluate
-
     gates = [g for g in load_targets() if g.model == "widedeep" and g.hardware == "ipu" and g.precision == "fp16"
              and g.of is not None and g.metric in ("accuracy", "auc")]  # click_*: with a data set only
     for rows, established in ((RELEASE.samples["widedeep"], True), (units_to_establish(0.99) - 1, False)):
