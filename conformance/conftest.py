@@ -77,3 +77,39 @@ def record_check(request):
         return rec
 
     return record
+
+
+def _judged(item) -> tuple[str, str, str, str | None, str] | None:
+    """(kind, model, precision, scenario, check) of the case a test judges, from its parameters; None for a test
+    that judges no model case (the reference tests, a placeholder of an empty matrix)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    target = params.get("performance_target")
+    if target is not None:
+        return "performance", target.model, target.precision, target.scenario, "error"
+    case = params.get("audit_case")
+    if case is not None:
+        return "audit", case.target.model, case.target.precision, case.target.scenario, f"{case.audit}_error"
+    case = params.get("accuracy_case")
+    if case is not None:
+        return "accuracy", case[0], case[1], None, "error"
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that raised without a failing gated record of its own (an error of the suite, the backend or the
+    device, not a gate) leaves one: ``error``, 1 error against 0, with the exception, so that the verdict matrix and
+    the report show the case failed rather than a cell of its earlier passing checks or none."""
+    excinfo = call.excinfo
+    if (excinfo is not None and call.when in ("setup", "call")
+            and not excinfo.errisinstance((pytest.skip.Exception, pytest.xfail.Exception))):
+        records = [dict(v) for k, v in item.user_properties if k == RECORD_KEY]
+        judged = _judged(item)
+        if judged is not None and not any(r.get("gating", True) and not r.get("passed") for r in records):
+            kind, model, precision, scenario, check = judged
+            error = f"{excinfo.typename}: {excinfo.value}".strip()
+            record = CheckRecord(test_id=item.nodeid, kind=kind, model=model, precision=precision, scenario=scenario,
+                                 check=check, value=1, target=0, op="<=", passed=False, units="errors",
+                                 details={"error": error[:2000], "phase": call.when})
+            item.user_properties.append((RECORD_KEY, plain(record.to_dict(), "error record")))
+    yield

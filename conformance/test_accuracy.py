@@ -274,7 +274,7 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
                               **({"note": e.note} if e.note else {})})
 
     summary = ", ".join(f"{e.gate.check}={'n/a' if e.value is None else f'{e.value:.4g}'}"
-                        + ("" if e.established is not False else " (not established)")
+                        + ("" if e.established is not False else f" (not established: {e.note or e.units_text()})")
                         for e in evaluations if e.gate.gating)
     progress(f"accuracy {name} {precision}: {'FAIL' if failed else 'pass'} in "
                                 f"{run['calibration_s'] + run['run_s']:.1f} s ({summary})")

@@ -105,5 +105,5 @@ def test_audit(audit_case, settings, backend, model_store, record_check, accurac
     if not record.passed:
         reproduce = (f"pytest conformance/test_audit.py --hardware {target.hardware} --model {target.model} "
                      f"--profile {settings.profile} -k '{case.test_id}'")
-        pytest.fail(f"{case.test_id}: {case.audit} failed: value {record.value} (needs {bound})\n"
+        pytest.fail(f"{case.test_id}: {case.audit} failed: value {record.value} [{record.units}] (needs {bound})\n"
                     f"{result.describe()}\nlogs: {settings.published_path(log_dir)}\nreproduce: {reproduce}", pytrace=False)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import binomtest
 
 from conformance.accuracy import confidence
 from conformance.accuracy.evaluation import compute_metrics, evaluate
-from conformance.accuracy.metrics import TaskMetric, roc_auc
+from conformance.accuracy.metrics import TaskMetric, auc_metric, auc_placements, mean_metric, roc_auc
 from conformance.targets.accuracy import parse_targets
 
 
@@ -77,3 +79,133 @@ def test_three_way_verdict_of_a_ratio_gate(n, flips, verdict):
     assert evaluation.details["units_to_establish"] == confidence.units_to_establish(0.99)
     if verdict != "FAIL":
         assert "not established" in evaluation.describe() or verdict == "PASS"
+
+
+# -- ratios of paired metrics: never tighter than the units allow ------------------------------------------------------
+
+RATIOS = st.sampled_from([0.9, 0.99, 0.998, 0.999])
+
+
+@st.composite
+def paired_scores(draw, fractional: bool):
+    """Per-unit scores of a hardware and of the base it is relative to, with few or no discordant units."""
+    n = draw(st.integers(1, 4000))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    base = rng.random(n) if fractional else (rng.random(n) < draw(st.floats(0.05, 1.0))).astype(np.float64)
+    hw = base.copy()
+    flips = draw(st.integers(0, min(n, 5)))
+    idx = rng.choice(n, flips, replace=False)
+    hw[idx] = rng.random(flips) if fractional else 1.0 - hw[idx]
+    return hw, base
+
+
+@settings(max_examples=200, deadline=None)
+@given(pair=st.one_of(paired_scores(False), paired_scores(True)), ratio=RATIOS)
+def test_a_ratio_is_never_established_on_fewer_units_than_it_takes(pair, ratio):
+    hw, base = pair
+    if base.sum() == 0:
+        return
+    interval = confidence.ratio_interval(mean_metric(hw), mean_metric(base))
+    if len(hw) < confidence.units_to_establish(ratio):
+        assert interval.low < ratio, (len(hw), interval)
+    assert interval.low <= hw.sum() / base.sum() <= interval.high or np.isnan(interval.high)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 4000), seed=st.integers(0, 2**32 - 1), ratio=RATIOS)
+def test_no_discordant_pair_still_leaves_an_interval(n, seed, ratio):
+    """The same decisions on every unit (the hardware keeps the FP32 outputs) bound the ratio below 1: at most as
+    tightly as n agreeing units, for accuracy against labels and for AUC alike."""
+    rng = np.random.default_rng(seed)
+    p = rng.random(n)
+    labels = (rng.random(n) < p).astype(np.int8)
+    pairs = [(mean_metric((p >= 0.5) == (labels != 0)),) * 2, (auc_metric(p, labels),) * 2]
+    for metric, base in pairs:
+        if np.isnan(metric.value) or metric.value == 0:
+            continue
+        interval = confidence.ratio_interval(metric, base)
+        assert interval.low < 1.0
+        assert interval.low <= confidence.clopper_pearson(n, n).low + 1e-12
+        if n < confidence.units_to_establish(ratio):
+            assert interval.low < ratio
+
+
+@pytest.mark.parametrize("both, lost, gained", [(300, 0, 0), (300, 3, 0), (3000, 5, 5), (40, 1, 2), (12000, 160, 170)])
+def test_discordant_pairs_bound_from_two_exact_intervals(both, lost, gained):
+    """0/1 scores: the bounds come from scipy's exact intervals of the discordant share (of the units either gets
+    right) and of the losses' share (of the discordant), each at 97.5%, at the corners of the ratio."""
+    hw = np.array([1.0] * both + [0.0] * lost + [1.0] * gained + [0.0] * 50)
+    base = np.array([1.0] * both + [1.0] * lost + [0.0] * gained + [0.0] * 50)
+    interval = confidence.ratio_interval(mean_metric(hw), mean_metric(base))
+    d = lost + gained
+    share = binomtest(d, both + d).proportion_ci(confidence_level=0.975, method="exact").high
+    t = share / (1 - share)
+    pi = binomtest(lost, d).proportion_ci(confidence_level=0.975, method="exact") if d else None
+    pi_high, pi_low = (pi.high, pi.low) if d else (1.0, 0.0)
+    expected_low = (1 + (1 - pi_high) * t) / (1 + pi_high * t) if pi_high > 0.5 else 1.0
+    expected_high = (1 + (1 - pi_low) * t) / (1 + pi_low * t) if pi_low < 0.5 else 1.0
+    assert interval.method == "clopper-pearson on discordant pairs"
+    assert interval.low == pytest.approx(min(expected_low, confidence.clopper_pearson(len(hw), len(hw)).low))
+    assert interval.high == pytest.approx(expected_high)
+    assert interval.low <= hw.sum() / base.sum() <= interval.high
+
+
+def test_losses_and_gains_offset_each_other():
+    """Flips in both directions cancel in the bound as in the point estimate: 160 lost and 170 gained of 12,000
+    establish 99%, where a bound on the kept fraction alone (11,840 of 12,000 < 0.99) never would."""
+    hw = np.array([1.0] * 11840 + [0.0] * 160 + [1.0] * 170 + [0.0] * 4000)
+    base = np.array([1.0] * 11840 + [1.0] * 160 + [0.0] * 170 + [0.0] * 4000)
+    assert confidence.ratio_interval(mean_metric(hw), mean_metric(base)).low >= 0.99
+
+
+@pytest.mark.parametrize("p_both, p_lost, p_gained, n", [(0.7, 0.02, 0.02, 500), (0.8, 0.01, 0.0, 300),
+                                                          (0.5, 0.05, 0.01, 200)])
+def test_the_discordant_pairs_interval_covers_the_true_ratio(p_both, p_lost, p_gained, n):
+    """Seeded draws of paired 0/1 outcomes: the 95% interval holds the population ratio at least 95% of the time."""
+    truth = (p_both + p_gained) / (p_both + p_lost)
+    rng = np.random.default_rng(7)
+    covered = 0
+    draws = 400
+    for _ in range(draws):
+        kind = rng.choice(4, size=n, p=[p_both, p_lost, p_gained, 1 - p_both - p_lost - p_gained])
+        hw = np.isin(kind, (0, 2)).astype(np.float64)
+        base = np.isin(kind, (0, 1)).astype(np.float64)
+        interval = confidence.discordant_interval(hw, base)
+        covered += interval.low <= truth <= (interval.high if not np.isnan(interval.high) else np.inf)
+    assert covered / draws >= 0.95
+
+
+def test_placements_average_to_the_auc():
+    rng = np.random.default_rng(3)
+    scores = np.round(rng.random(500), 2)  # ties count one half
+    labels = rng.random(500) < 0.3
+    positives, negatives = auc_placements(scores, labels)
+    assert positives.mean() == pytest.approx(roc_auc(scores, labels)) == pytest.approx(negatives.mean())
+
+
+def _widedeep(rows: int):
+    p = np.random.default_rng(rows).random(rows).astype(np.float32)
+    ref = {"probabilities": np.stack([1 - p, p], axis=1)}
+    return compute_metrics("widedeep", ref, ref, {})
+
+
+@pytest.mark.parametrize("rows, tier", [(8, 0.99), (1024, 0.999), (3687, 0.999)])
+def test_widedeep_label_ratios_below_the_units_they_take_are_not_established(rows, tier):
+    """The hardware's outputs are FP32's, so no decision flips: the label ratios pass and, on fewer rows than
+    ``units_to_establish``, are not established."""
+    gates = parse_targets(f'[ipu.widedeep.fp16]\naccuracy = {{ of = "fp32", ratio = {tier} }}\n'
+                          f'auc = {{ of = "fp32", ratio = {tier} }}\n', "t.toml")
+    fp32 = _widedeep(rows)
+    evaluations = evaluate(gates, fp32, {"fp32": fp32})
+    assert rows < confidence.units_to_establish(tier)
+    assert [(e.gate.metric, e.verdict) for e in evaluations] == [("accuracy", "PASS, not established"),
+                                                                 ("auc", "PASS, not established")]
+    for e in evaluations:
+        assert e.details["ratio_ci95"][0] < tier and e.details["units"] == rows
+
+
+def test_widedeep_label_ratios_establish_the_99_percent_tier_on_the_default_rows():
+    gates = parse_targets('[ipu.widedeep.fp16]\naccuracy = { of = "fp32", ratio = 0.99 }\n'
+                          'auc = { of = "fp32", ratio = 0.99 }\n', "t.toml")
+    fp32 = _widedeep(4096)
+    assert [e.verdict for e in evaluate(gates, fp32, {"fp32": fp32})] == ["PASS", "PASS"]

@@ -9,9 +9,11 @@ label metric counts the same units of a user's data set."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conformance.accuracy.confidence import units_to_establish
+from conformance.accuracy.evaluation import compute_metrics, evaluate
 from conformance.accuracy.metrics import task_unit_metrics
 from conformance.targets.accuracy import load_targets, parse_targets
 from conformance.targets.profiles import load_profiles
@@ -120,3 +122,16 @@ def test_the_release_batches_spread_over_workers():
     for name in MODEL_NAMES:
         batches = -(-RELEASE.samples[name] // RELEASE.batch_size[name])
         assert batches >= 8, f"{name}: {batches} batches"
+
+
+def test_the_release_rows_establish_widedeeps_label_ratios():
+    """wide&deep's gates are ratios against labels, whose bound counts the units either precision gets right (fewer
+    than the rows): with the FP32 outputs kept, the release profile's rows still establish every gated one, and an
+    edited profile below ``units_to_establish`` establishes none."""
+    gates = [g for g in load_targets() if g.model == "widedeep" and g.hardware == "ipu" and g.precision == "fp16"
+             and g.of is not None and g.metric in ("accuracy", "auc")]  # click_*: with a data set only
+    for rows, established in ((RELEASE.samples["widedeep"], True), (units_to_establish(0.99) - 1, False)):
+        p = np.random.default_rng(0).random(rows).astype(np.float32)
+        fp32 = compute_metrics("widedeep", *({"probabilities": np.stack([1 - p, p], axis=1)},) * 2, {})
+        found = {e.gate.check: e.established for e in evaluate(gates, fp32, {"fp32": fp32}) if e.gate.gating}
+        assert found and all(v is established for v in found.values()), (rows, found)

@@ -127,6 +127,9 @@ TAMPERED = [
                 f"{RELATIVE_CHECK} gives false")),
     ("established-called-not-established", lambda d: relative(d, [0.995, 1.0], False),
      (RELATIVE, "established is false, but", "gives true")),
+    ("few-units-shown-established", lambda d: (relative(d, [0.995, 1.0], True),
+                                               find(d, RELATIVE)["details"].update(units=8, units_to_establish=368)),
+     (RELATIVE, "established is true, but")),
     ("below-the-label-floor-shown-established", lambda d: relative(d, [0.995, 1.0], True, {"fp32": 0.0, "floor": 0.05}),
      (RELATIVE, "established is true, but its FP32 score 0.0 is at or below the floor 0.05")),
     ("audit-failed-figure-passed-as-not-established", lambda d: next(

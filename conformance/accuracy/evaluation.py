@@ -52,14 +52,26 @@ class Evaluation:
         g = self.gate
         if self.reason:
             return f"{g.check}: {self.reason}"
-        value = "n/a" if self.value is None else f"{self.value:.6g}"
-        target = "n/a" if self.target is None else f"{self.target:.6g}"
+        unit = f" {UNITS[g.metric]}" if g.metric in UNITS else ""
+        value = "n/a" if self.value is None else f"{self.value:.6g}{unit}"
+        target = "n/a" if self.target is None else f"{self.target:.6g}{unit}"
         rhs = target if g.of is None else f"{g.ratio:g} x {g.metric}({g.of}) = {target}"
         ci = self.details.get("ci95")
         interval = f" [95% CI {ci[0]:.4g}, {ci[1]:.4g}]" if ci and None not in ci else ""
         verdict = {"PASS": "ok", "FAIL": "FAILED"}.get(self.verdict, self.verdict.lower())
         return (f"{g.check}: {value}{interval} {g.op} {rhs} -> {verdict}" + ("" if g.gating else " (reported only)")
-                + (f" ({self.note})" if self.note else ""))
+                + (f" ({self.note})" if self.note else "")
+                + (f" ({self.units_text()})" if self.passed and self.established is False and not self.note else ""))
+
+    def units_text(self) -> str:
+        """How many units a passing gate that is not established ran, and how many would establish it."""
+        units, needed = self.details.get("units"), self.details.get("units_needed")
+        floor = self.details.get("units_to_establish")
+        if needed is not None:
+            return f"{units} units, about {needed} would establish it"
+        if floor is not None and units is not None and units < floor:
+            return f"{units} units, at least {floor} would establish it"
+        return f"{units} units: fewer lost decisions would establish it, not more units"
 
 
 @dataclass
@@ -289,7 +301,10 @@ def _interval(gate, current: MetricSet, base: MetricSet | None) -> tuple[dict, b
                     "units_to_establish": confidence.units_to_establish(gate.ratio)})
     if math.isnan(ratio.low):
         return details, None
-    return details, bool(compare(ratio.low if gate.op == ">=" else ratio.high, gate.op, gate.ratio))
+    established = bool(compare(ratio.low if gate.op == ">=" else ratio.high, gate.op, gate.ratio))
+    if not established:
+        details["units_needed"] = confidence.units_needed(metric, base_metric, gate.ratio)
+    return details, established
 
 
 def floor_note(metric: str, reference_sets: dict[str, MetricSet], floors: dict[str, float]) -> tuple[str, dict]:

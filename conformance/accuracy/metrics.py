@@ -280,11 +280,14 @@ class TaskMetric:
     that resampling the units gives its sampling distribution (:mod:`conformance.accuracy.confidence`).
 
     ``scores``: per-unit scores in [0, 1] when the metric is their mean (agreements, exact match, F1, accuracy);
-    ``statistic``: the metric on the units at the given indices (for every metric; AUC is not a mean)."""
+    ``statistic``: the metric on the units at the given indices (for every metric; AUC is not a mean);
+    ``placements``: for AUC, the placement values of the positives and of the negatives (:func:`auc_placements`),
+    each of which the AUC is the mean of."""
 
     units: int
     statistic: Callable[[np.ndarray], float]
     scores: np.ndarray | None = None
+    placements: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def value(self) -> float:
@@ -294,6 +297,28 @@ class TaskMetric:
 def mean_metric(scores) -> TaskMetric:
     scores = np.asarray(scores, np.float64)
     return TaskMetric(len(scores), lambda idx: float(np.mean(scores[idx])), scores)
+
+
+def auc_placements(scores, labels) -> tuple[np.ndarray, np.ndarray]:
+    """DeLong's placement values: per positive, the fraction of negatives it scores above (ties one half); per
+    negative, the fraction of positives that score above it. The AUC is the mean of either."""
+    s = np.asarray(scores, np.float64).ravel()
+    y = np.asarray(labels).ravel() != 0
+    pos, neg = np.sort(s[y]), np.sort(s[~y])
+    if len(pos) == 0 or len(neg) == 0:
+        return np.zeros(0), np.zeros(0)
+    below = np.searchsorted(neg, s[y], "left") + 0.5 * (np.searchsorted(neg, s[y], "right")
+                                                        - np.searchsorted(neg, s[y], "left"))
+    above = (len(pos) - np.searchsorted(pos, s[~y], "right")) + 0.5 * (np.searchsorted(pos, s[~y], "right")
+                                                                        - np.searchsorted(pos, s[~y], "left"))
+    return below / len(neg), above / len(pos)
+
+
+def auc_metric(scores, labels) -> TaskMetric:
+    """ROC AUC of ``scores`` against ``labels`` as a statistic of the rows, with its placement values."""
+    s = np.asarray(scores, np.float64).ravel()
+    y = np.asarray(labels).ravel()
+    return TaskMetric(len(y), lambda idx: roc_auc(s[idx], y[idx]), placements=auc_placements(s, y))
 
 
 def task_unit_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> dict[str, TaskMetric]:
@@ -317,7 +342,7 @@ def task_unit_metrics(model_name: str, reference: dict, hardware: dict, inputs: 
         p_hw = click_probability(hardware["probabilities"])
         correct = (p_hw >= 0.5) == (labels != 0)
         return {"accuracy": mean_metric(correct),
-                "auc": TaskMetric(len(labels), lambda idx: roc_auc(p_hw[idx], labels[idx]))}
+                "auc": auc_metric(p_hw, labels)}
     if model_name in ("conformer", GRAPH_CASE):  # no task of its own: the tensor metrics judge it
         return {}
     raise MetricError(f"no task metrics for model {model_name!r}; known: {', '.join(TASK_METRICS)}")

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from boundedio import GIB, KIB, iter_lines, open_regular
-from conformance.accuracy.metrics import TaskMetric, click_probability, mean_metric, roc_auc
+from conformance.accuracy.metrics import auc_metric, click_probability, mean_metric
 from conformance.datasets.base import DatasetError, EvaluationSet, expect_file, input_budget, sha256_files
 from conformance.distributed.source import BatchSource
 
@@ -197,7 +197,7 @@ def load(path, model, checkpoint=None, limit: int | None = None, stream: bool = 
     def scorer(outputs: dict[str, np.ndarray]):
         p = click_probability(outputs["probabilities"])
         return {"click_accuracy": mean_metric((p >= 0.5) == (labels != 0)),
-                "click_auc": TaskMetric(rows, lambda idx: roc_auc(p[idx], labels[idx]))}
+                "click_auc": auc_metric(p, labels)}
 
     clicks = int(labels.sum())
     provenance = {

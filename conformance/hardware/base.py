@@ -137,11 +137,16 @@ class Backend(abc.ABC):
                 f"unknown precision {precision!r} for hardware {self.name!r}; expected one of: {', '.join(self.precisions)}"
             )
 
+    def chip_support(self, precision: str) -> str | None:
+        """Why the chosen chip (``--device``) cannot run ``precision`` at all (it lacks the units the precision
+        computes in); None when it can. Its tests are then skipped with this reason: accuracy, performance and audits."""
+        return None
+
     def _model_support(self, model_name: str, precision: str) -> str | None:
         self.check_precision(precision)
         if model_name not in self.models:
             return f"{self.name} does not run {model_name} (it runs: {', '.join(self.models)})"
-        return None
+        return self.chip_support(precision)
 
     def accuracy_support(self, model_name: str, precision: str) -> str | None:
         """Why the backend cannot run the accuracy test of ``model_name`` at ``precision``; None when it can."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
 from conformance.hardware.devices import Device
+from conformance.perf import host
 from conformance.perf.interrupts import deferred_interrupts
 from conformance.perf.sut import BatchingSUT
 
@@ -329,4 +330,6 @@ def run_scenario(device: Device, settings: ScenarioSettings, log_dir: Path | Non
         late = np.sort(np.asarray(sut.lateness)) * 1e3
         result.details["completion_lateness_ms"] = {"mean": float(late.mean()), "median": float(late[len(late) // 2]),
                                                     "p90": float(late[int(len(late) * 0.9)]), "max": float(late[-1])}
+    result.details.update(host.device_side(sut.device_side, sut.device_span))
+    result.details["host_load_per_core"] = host.load_per_core()
     return result

@@ -63,6 +63,10 @@ class BatchingSUT:
         self._busy = False  # a batch is being handed to the device (inline or by the dispatcher)
         self._first_answer: np.ndarray | None = None  # every later answer has its dtype and shape
         self.lateness: list[float] = []  # how late after its due time each batch was completed (host scheduling)
+        # per sample, from its arrival to its batch's due time: the latency the device side (queue, batching, the
+        # device's own time) accounts for; what LoadGen measures beyond it is the host's
+        self.device_side: list[float] = []
+        self.device_span: list[float] = [math.inf, -math.inf]  # first arrival, last due time of the served batches
         self._cond = threading.Condition()
         self._due_cond = threading.Condition()
         self._count_lock = threading.Lock()
@@ -247,6 +251,10 @@ class BatchingSUT:
                 due, responses = None, None
         if responses is None:
             due, responses = time.perf_counter(), [EMPTY_RESPONSE] * len(batch)
+        else:
+            self.device_side.extend(max(due - p.arrival, 0.0) for p in batch)
+            self.device_span[0] = min(self.device_span[0], min(p.arrival for p in batch))
+            self.device_span[1] = max(self.device_span[1], due)
         try:
             with self._due_cond:
                 self.batches += 1

@@ -11,7 +11,9 @@ import base64
 import csv
 import html
 import io
+import math
 import os
+import shlex
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from conformance.report.checks import provenance, timing_model_of
 from conformance.report.judged import HEADERS as JUDGED_HEADERS
 from conformance.report.judged import judged_by_model, judged_rows
 from conformance.targets.accuracy import TENSOR_METRICS
+from conformance.targets.profiles import RELEASE_PROFILE, load_profiles, profile_role
 
 # MLPerf's units per scenario and which record is a scenario's result
 SCENARIO_UNITS = {"SingleStream": "Latency (ms)", "MultiStream": "Latency (ms)", "Offline": "Samples/s", "Server": "Queries/s"}
@@ -66,6 +69,66 @@ NOT_ESTABLISHED = "PASS*"
 NOT_ESTABLISHED_NOTE = ("PASS*: passes on its point estimate, but the 95% confidence interval of the measurement "
                         "reaches below the target (PASS, not established): more samples would settle it.")
 VERDICT_ORDER = ("PASS", "PASS*", "XFAIL", "FAIL")  # a cell shows the worst verdict of its checks
+HOST_BOUND_NOTE = ("FAIL (host-bound): a measured figure missed its target where the device side alone met it, or the "
+                   "host was oversubscribed: the host's share, not the device's; the checks say how much.")
+
+
+def _establishing_command(results: dict, model: str, precision: str, samples: int) -> str:
+    """The run that repeats one accuracy test on at least ``samples`` samples (the run's hardware, chip and data kept):
+    the release gate's profile where it runs that many of the suite's samples, else ``--samples``."""
+    settings = results.get("settings") or {}
+    release = load_profiles()[RELEASE_PROFILE].samples.get(model, 0)
+    if model not in (settings.get("datasets") or {}) and release >= samples:
+        size = f" --profile {RELEASE_PROFILE}"
+    else:
+        size = f" --samples {model}={samples}"
+    hardware = settings.get("hardware") or results["hardware"]["name"]
+    device = f" --device {settings['device']}" if settings.get("device") else ""
+    data = "".join(f" --{option} {model}={shlex.quote(str(given[model]))}"
+                   for option, given in (("checkpoint", settings.get("checkpoints") or {}),
+                                         ("dataset", settings.get("datasets") or {}))
+                   if model in given)
+    return (f"pytest conformance/test_accuracy.py --hardware {hardware}{device} --model {model} --precision "
+            f"{precision}{data}{size}")
+
+
+def establishing(results: dict) -> list[str]:
+    """Per model and precision with gated accuracy checks passed but not established (PASS*): the units it ran, the
+    units that would establish them (``details.units_needed`` at the proportions seen, else at least
+    ``details.units_to_establish``) and the command that runs that many samples."""
+    wanted: dict[tuple[str, str], dict] = {}
+    for record in results["records"]:
+        details = record.get("details") or {}
+        if (record["kind"] != "accuracy" or verdict(record) != NOT_ESTABLISHED or "label_floor" in details
+                or not isinstance(details.get("units"), int) or not details.get("units")):
+            continue
+        needed, exact = details.get("units_needed"), True
+        if not isinstance(needed, int):
+            needed, exact = details.get("units_to_establish"), False
+        if not isinstance(needed, int):
+            continue
+        entry = wanted.setdefault((record["model"], record["precision"]),
+                                  {"checks": [], "units": details["units"], "needed": 0, "exact": True,
+                                   "samples": details.get("samples"), "never": []})
+        if not exact and needed <= details["units"]:  # enough units were there: the losses seen keep it below
+            entry["never"].append(record["check"])
+            continue
+        entry["checks"].append(record["check"])
+        if needed > entry["needed"] or (needed == entry["needed"] and not exact):
+            entry["needed"], entry["exact"] = needed, exact
+    lines = []
+    for (model, precision), entry in wanted.items():
+        if entry["never"]:
+            lines.append(f"{model} {precision} ({', '.join(entry['never'])}): {entry['units']} units; at the "
+                         "decisions kept here no count establishes it: fewer lost decisions would, not more units")
+        if not entry["checks"]:
+            continue
+        per_unit = entry["samples"] / entry["units"] if isinstance(entry["samples"], int) else 1
+        samples = math.ceil(entry["needed"] * per_unit)
+        amount = f"about {entry['needed']}" if entry["exact"] else f"at least {entry['needed']}"
+        lines.append(f"{model} {precision} ({', '.join(entry['checks'])}): {entry['units']} units; establishing "
+                     f"takes {amount}: {_establishing_command(results, model, precision, samples)}")
+    return lines
 
 
 # ----- how the figures were obtained (details "timing" and "timing_model") -----------------------------------------
@@ -119,8 +182,16 @@ def check_rows(results: dict) -> list[tuple]:
     for r in results["records"]:
         row = (r["model"], r["precision"], r.get("scenario") or "", r["check"], _value_text(r),
                f"{r['op']} {fmt(r.get('target'))}", r.get("units", ""))
-        rows.append((*row, timing_label(r, results), verdict(r)) if with_timing else (*row, verdict(r)))
+        shown = verdict_text(r)
+        rows.append((*row, timing_label(r, results), shown) if with_timing else (*row, shown))
     return rows
+
+
+def verdict_text(record: dict) -> str:
+    """:func:`verdict`, with why a failing figure of measured hardware is the host's (``details.host_bound``)."""
+    shown = verdict(record)
+    hosted = (record.get("details") or {}).get("host_bound")
+    return f"{shown} (host-bound: {hosted})" if hosted and shown == "FAIL" else shown
 
 
 def outcome_counts(results: dict) -> str:
@@ -151,10 +222,19 @@ def check_counts(results: dict) -> dict[str, int]:
     return counts
 
 
+def _role(results: dict) -> str:
+    """Whether the run was the release gate: its profile, with the profile's own sample counts."""
+    settings = results["settings"]
+    if settings["profile"] == RELEASE_PROFILE and settings.get("samples"):
+        return "not the release gate: --samples replaced its counts"
+    return profile_role(settings["profile"])
+
+
 def _checks_summary(results: dict) -> str:
     c = check_counts(results)
     gated = c["PASS"] + c["PASS*"] + c["FAIL"] + c["XFAIL"]
-    parts = [f"{c['PASS'] + c['PASS*']} passed" + (f" ({c['PASS*']} not established)" if c["PASS*"] else ""),
+    parts = [f"{c['PASS'] + c['PASS*']} passed ({c['PASS']} established"
+             + (f", {c['PASS*']} not established)" if c["PASS*"] else ")"),
              f"{c['FAIL']} failed"]
     if c["XFAIL"]:
         parts.append(f"{c['XFAIL']} waived")
@@ -181,7 +261,8 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
         pairs.append(("performance figures", timing))
     judged = judged_by_model(results)
     pairs += [
-        ("profile", f"{settings['profile']}, models {', '.join(settings['models'])}"),
+        ("profile", f"{settings['profile']} ({_role(results)}), models "
+                    f"{', '.join(settings['models'])}"),
         ("judged", "the suite's seeded weights and synthetic samples" if not judged else
          f"your checkpoint or data for {', '.join(judged)} (see What was judged)"
          + ("; the others: seeded weights" if set(settings["models"]) - set(judged) else "")),
@@ -251,7 +332,9 @@ def _performance_cell(records: list[dict], precisions: list[str]) -> str:
             figures.append(f"{precision} {_short(result.get('value'))}")
     units = _result_record([r for r in records if r.get("gating", True)], records[0].get("scenario") or "")
     unit = f" {units['units']}" if units and units.get("units") else ""
-    return f"{_worst(verdict(r) for r in records)} {', '.join(figures)}{unit}"
+    worst = _worst(verdict(r) for r in records)
+    hosted = worst == "FAIL" and any((r.get("details") or {}).get("host_bound") for r in records if verdict(r) == "FAIL")
+    return f"{worst}{' (host-bound)' if hosted else ''} {', '.join(figures)}{unit}"
 
 
 def matrix(results: dict) -> tuple[list[str], list[list[str]]]:
@@ -286,6 +369,8 @@ def matrix_note(results: dict) -> str:
         parts.append("Performance figures are simulated by the timing model, not measured.")
     if check_counts(results)["PASS*"]:
         parts.append(NOT_ESTABLISHED_NOTE)
+    if any((r.get("details") or {}).get("host_bound") for r in results["records"] if verdict(r) == "FAIL"):
+        parts.append(HOST_BOUND_NOTE)
     return " ".join(parts)
 
 
@@ -483,7 +568,8 @@ def verdict_line(results: dict) -> str:
     """The run's verdict in one line: what the terminal prints last (one line, whatever the width, for a CI log's
     search)."""
     return (f"conformance {results['verdict']}: hardware={results['hardware']['name']}, "
-            f"profile={results['settings']['profile']}, {outcome_counts(results)}; {_checks_summary(results)}")
+            f"profile={results['settings']['profile']} ({_role(results)}), "
+            f"{outcome_counts(results)}; {_checks_summary(results)}")
 
 
 def skipped_tests(results: dict) -> list[tuple[str, list[str]]]:
@@ -612,6 +698,8 @@ def terminal(results: dict, detailed: bool = True, width: int | None = None) -> 
         lines += ["", fit_table(headers, rows, width)]
         if check_counts(results)["PASS*"]:
             lines += wrap(NOT_ESTABLISHED_NOTE, width)
+            for line in establishing(results):  # as written: a command stays one line to copy
+                lines.append(f"  {line}")
     if detailed and results["records"]:
         lines += ["", fit_table(check_headers(results), check_rows(results), width, CHECKS_DETAIL_COLUMNS)]
     for test in failed_tests(results):  # as written: a reproduce command stays one line to copy
@@ -705,7 +793,9 @@ def sections(results: dict) -> list[Section]:
     out = [Section("", [Table(("", ""), _summary_pairs(results), css="summary")])]
     headers, rows = matrix(results)
     if rows:
-        out.append(Section("Verdicts", [Table(headers, rows, css="matrix"), Paragraph(matrix_note(results))]))
+        settle = establishing(results)
+        out.append(Section("Verdicts", [Table(headers, rows, css="matrix"), Paragraph(matrix_note(results))]
+                           + ([Items([((Span(line),), []) for line in settle])] if settle else [])))
     judged = judged_rows(results)
     if judged:
         out.append(Section("What was judged", [Table(JUDGED_HEADERS, judged)]))

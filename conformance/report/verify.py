@@ -119,6 +119,9 @@ def _expected_established(record: dict) -> tuple[bool, bool | None]:
         return False, None
     if not isinstance(bound, (int, float)) or isinstance(bound, bool) or _borderline(bound, ratio):
         return False, None
+    units, needed = details.get("units"), details.get("units_to_establish")
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (units, needed)) and units < needed:
+        return True, False  # fewer units than n agreeing ones take establish no ratio, whatever the interval says
     return True, _holds(bound, record.get("op"), ratio)
 
 

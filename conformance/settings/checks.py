@@ -44,6 +44,8 @@ def check_targets_runnable(settings: RunSettings) -> None:
                           f"backend's {PERFORMANCE_FILE.name} (or [{settings.profile}.performance].min_query_count."
                           f"{settings.hardware} to the suite's profiles.toml), or run another profile")
     for target in targets:
+        if settings.backend.chip_support(target.precision):
+            continue  # a precision the chosen chip lacks: its tests are skipped with the reason
         reason = settings.backend.scenario_support(target.model, target.precision, target.scenario)
         if reason:
             raise NotRunnable(f"performance target {target.test_id} of hardware {settings.hardware!r} cannot "

@@ -459,7 +459,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--model", "model(s) to run, repeatable or a comma list; minilm names the trained all-MiniLM-L6-v2 case "
            "(default: all six and minilm)", check_selection, parse=parse_models, repeatable=True,
            metavar="NAME[,NAME...]", fields=("models", "cases")),
-    Option("--profile", "how many samples and which batch sizes: %(choices)s (default: %(default)s)",
+    Option("--profile", "how many samples and which batch sizes: %(choices)s; release is the release gate (every gated "
+           "check established), default the everyday gate (every sampled FP32 decision must survive), smoke a quick "
+           "look (default: %(default)s)",
            _one_of(lambda: PROFILE_NAMES, "--profile"), default="default", choices=lambda: PROFILE_NAMES),
     Option("--report-dir", "directory for the run's reports and logs (default: none written)", _as_given,
            parse=parse_path, metavar="DIR"),

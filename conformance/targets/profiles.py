@@ -22,6 +22,14 @@ from models import MODEL_NAMES
 
 PROFILES_FILE = Path(__file__).with_name("profiles.toml")
 PROFILE_NAMES = ("smoke", "default", "full", "release")
+# The release gate: the one profile whose samples establish every gated check (tests/test_release_profile.py); the
+# others gate on fewer samples, where a ratio tier passes on its point estimate (PASS*) without being established.
+RELEASE_PROFILE = "release"
+
+
+def profile_role(name: str) -> str:
+    """What a run at profile ``name`` is, as the summary says it."""
+    return "the release gate" if name == RELEASE_PROFILE else f"not the release gate, which is --profile {RELEASE_PROFILE}"
 
 
 class ProfilesError(DataFileError):

@@ -64,6 +64,16 @@ class IpuBackend(Backend):
         self.check_precision(precision)
         return self.policies[precision]
 
+    def chip_support(self, precision: str) -> str | None:
+        """A precision whose matrix ops compute in a type the chip has no matrix units for (FP8 on gc200 and bow)."""
+        chip = get_device(self.chip)
+        policy = self.policy(precision)
+        needed = "fp8" if policy.fp8 == "all" else STORAGE_NAMES.get(policy.storage, policy.storage)
+        if needed in chip.amp_tflops:
+            return None
+        return (f"the {chip.name} chip has no {needed} matrix units (chips.toml: it has "
+                f"{', '.join(chip.amp_tflops)}), so {precision} does not run on it (--device {chip.name})")
+
     def accuracy_support(self, model_name: str, precision: str) -> str | None:
         reason = super().accuracy_support(model_name, precision)
         if reason is None and self.policy(precision).uses_fp8 and model_name not in self.fp8_settings:
