@@ -20,7 +20,7 @@ from conformance.report.shard import parse_shard
 # settings that must agree; shard, xfail_file and baseline legitimately differ. Paths of the user's checkpoints and data
 # may differ between machines: the models given them must agree, and their contents (sha256 in the records) where
 # two shards both judged the model.
-SAME_SETTINGS = ("hardware", "profile", "models", "precisions", "device", "real_time_loadgen", "samples")
+SAME_SETTINGS = ("hardware", "profile", "models", "precisions", "device", "real_time_loadgen", "samples", "tables")
 SAME_MODELS = ("checkpoints", "datasets", "calibrations")
 JUDGED_PARTS = ("checkpoint", "dataset", "fp8_calibration")
 

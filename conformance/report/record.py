@@ -11,8 +11,8 @@ Schema (``"schema": "ipu-conformance/results/1"``; every key is always present):
 - ``hardware``: name, description, precisions, versions, timing (``"measured"`` or ``"simulated"``: how the backend's
   latencies are obtained; absent from files written before it was recorded)
 - ``settings``: hardware, profile, models, shard (``"i/n"`` or null), xfail_file, baseline (path or null); precisions,
-  device, real_time_loadgen, samples, checkpoints, datasets, calibrations (absent from files written before they were
-  recorded)
+  device, real_time_loadgen, samples, checkpoints, datasets, calibrations, tables (the target tables' SHA-256) (absent
+  from files written before they were recorded)
 - ``profile``: name, description, samples and batch_size per model
 - ``tests``: one per test, sorted by node id: id, outcome (passed, failed, error, skipped, xfailed, xpassed), duration_s,
   message, xfail (null or {test_id, bucket, reason, source})
@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 
 from boundedio import MIB, parse_json, read_text
 from conformance.fileio import write_text_atomic
+from conformance.report import tables
 from conformance.report.render import verdict as check_verdict
 
 SCHEMA = "ipu-conformance/results/1"
@@ -118,6 +119,8 @@ class Settings(_Open):
     checkpoints: Optional[dict[str, str]] = Field(None, description="--checkpoint: model -> path")
     datasets: Optional[dict[str, str]] = Field(None, description="--dataset: model -> path")
     calibrations: Optional[dict[str, str]] = Field(None, description="--calibration: model -> path")
+    tables: Optional[str] = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                  description="SHA-256 of the target tables the run was judged with (absent in older files)")
 
 
 class Profile(_Open):
@@ -363,7 +366,7 @@ def _run_settings(settings, backend) -> dict:
             "real_time_loadgen": bool(settings.real_time_loadgen),
             "samples": dict(sorted((settings.samples or {}).items())),
             "checkpoints": paths(settings.checkpoints), "datasets": paths(settings.datasets),
-            "calibrations": paths(settings.calibrations)}
+            "calibrations": paths(settings.calibrations), "tables": tables.tables_version()}
 
 
 def _json_default(value):
