@@ -90,6 +90,12 @@ def merge(named: list[tuple[str, dict]]) -> dict:
     merged = dict(first)
     merged["settings"] = {**first["settings"], "shard": None, "baseline": None}
     merged["tests"] = sorted((t for _, d in named for t in d["tests"]), key=lambda t: t["id"])
+    selections = [d["settings"].get("selection") for _, d in named]
+    if all(selections):  # every shard's share of the selection, added up (each shard applies -k and -m alike)
+        counts = [s.get("selected") for s in selections]
+        merged["settings"]["selection"] = {
+            **selections[0], "selected": sum(counts) if all(isinstance(c, int) for c in counts) else None,
+            "deselected": sum(s["deselected"] for s in selections), "skipped": sum(s["skipped"] for s in selections)}
     merged["records"] = assign_ids([dict(r) for _, d in named for r in d["records"]])
     merged["stale_xfails"] = _stale_in_all(named)
     merged["regressions"] = [r for _, d in named for r in d["regressions"]]

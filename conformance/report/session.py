@@ -53,6 +53,7 @@ from conformance.targets.regression import load_tolerances
 from models import MODEL_NAMES
 
 STALE_KEY = "conformance_stale_xfails"
+SELECTION_KEY = "conformance_selection"  # workeroutput: how many tests a worker's collection selected and deselected
 REFUSED_KEY = "conformance_refused"  # workeroutput: why a worker's collection was refused (a usage error of the run)
 KNOWN_FAILURE = pytest.StashKey()  # the xfail entry of a test, judged on its records
 STAGING_KEY = "conformance_report_staging"  # workerinput: the staging directory the workers' tests write into
@@ -116,6 +117,9 @@ class ReportSession:
         self.kept_previous = False  # the run was interrupted before any test finished: the previous report stays
         self.put_beside = False  # an interrupted run's partial report went beside the complete one, which stays
         self.late_interrupt = False  # an interrupt came once the report was in place: the report stands
+        self.deselected: list[str] = []  # node ids that -k or -m (not the shard) left out of the run
+        self.selected: int | None = None  # tests the run set out to run (after -k, -m and the shard)
+        self._shard_deselecting = False
         # why the run was refused: a worker's known-failure entry matching every test, a baseline that compared nothing
         self.refused: str | None = None
         self.named_regressions: set[str] = set()  # record ids that the failures of the tests themselves name
@@ -230,8 +234,29 @@ class ReportSession:
         if self.shard is not None:
             selected, deselected = split(items, self.shard)
             items[:] = selected
-            if deselected:
-                self.config.hook.pytest_deselected(items=deselected)
+            if deselected:  # a shard's share is its settings.shard, not a selection of the run
+                self._shard_deselecting = True
+                try:
+                    self.config.hook.pytest_deselected(items=deselected)
+                finally:
+                    self._shard_deselecting = False
+
+    def pytest_deselected(self, items) -> None:
+        """The tests ``-k`` or ``-m`` left out: a verdict says what it covered."""
+        if not self._shard_deselecting:
+            self.deselected.extend(item.nodeid for item in items)
+
+    def pytest_collection_finish(self, session) -> None:
+        self.selected = len(session.items)
+        if self.is_worker:
+            self.config.workeroutput[SELECTION_KEY] = {"selected": self.selected, "deselected": self.deselected}
+
+    def selection(self) -> dict:
+        """What the run covered (``settings.selection``): the ``-k`` and ``-m`` expressions, how many tests it set out
+        to run and how many the expressions deselected."""
+        option = self.config.option
+        return {"keyword": getattr(option, "keyword", "") or None, "markers": getattr(option, "markexpr", "") or None,
+                "selected": self.selected, "deselected": len(self.deselected)}
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -241,6 +266,9 @@ class ReportSession:
             self.stale = list(output[STALE_KEY])
         if output.get(REFUSED_KEY) and self.refused is None:
             self.refused = output[REFUSED_KEY]
+        if output.get(SELECTION_KEY) and self.selected is None:  # every worker collects the same tests
+            self.selected = output[SELECTION_KEY]["selected"]
+            self.deselected = list(output[SELECTION_KEY]["deselected"])
 
     # ----- reports ------------------------------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: sees the report after the xfail handling
@@ -409,7 +437,7 @@ class ReportSession:
             tests=tests, records=records, exit_status=int(session.exitstatus),
             interrupted=interrupted, shard=self.shard,
             xfail_file=self.xfail_path, baseline=self.baseline_path, stale_xfails=self.stale, regressions=regressions,
-            plots=plot_info,
+            plots=plot_info, selection=self.selection(),
         )
         session.exitstatus = self.results["exit_status"]  # the verdict's: 5 when nothing was judged (record.judge)
         if staging is None:

@@ -246,6 +246,10 @@ def problems(results: dict) -> list[str]:
         why = f" ({'; '.join(judgement.reasons)})" if judgement.reasons else ""
         run.append(f"verdict {results['verdict']} with exit status {results['exit_status']}, but its tests, "
                    f"records and regressions give {judgement.verdict} with exit status {judgement.exit_status}{why}")
+    selection = results["settings"].get("selection")
+    skipped = sum(t["outcome"] == "skipped" for t in tests)
+    if selection and selection.get("skipped") != skipped:
+        run.append(f"settings.selection.skipped is {selection.get('skipped')}, but {skipped} of its tests were skipped")
     if results["interrupted"] and results["exit_status"] != 2:
         run.append(f"interrupted, but exit status {results['exit_status']} (an interrupted run exits 2)")
     return run + _merge_problems(results) + tables.problems(results) + found
