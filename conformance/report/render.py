@@ -495,12 +495,13 @@ def verdict_text(results: dict) -> str:
 
 
 def selection_text(selection: dict) -> str:
-    """``-k``, ``-m`` and what they left out, in words; empty for a run that selected everything."""
+    """``-k``, ``-m`` and what they left out, in words; empty for a run they left nothing out of (a ``-m 'not slow'``
+    of the configuration that deselects nothing is not worth a line)."""
+    if not selection.get("deselected"):
+        return ""
     parts = [f"-{flag} {selection[key]!r}" for flag, key in (("k", "keyword"), ("m", "markers")) if selection.get(key)]
-    if selection.get("deselected"):
-        of = f" of {selection['selected'] + selection['deselected']}" if selection.get("selected") is not None else ""
-        parts.append(f"{selection['deselected']}{of} tests deselected")
-    return ", ".join(parts)
+    of = f" of {selection['selected'] + selection['deselected']}" if selection.get("selected") is not None else ""
+    return ", ".join([*parts, f"{selection['deselected']}{of} tests deselected"])
 
 
 def tests_not_run(results: dict) -> int:

@@ -3,7 +3,8 @@
 A results file records the version of the tables its run was judged with (``settings.tables``: the SHA-256 of the
 accuracy and performance target files, the backends' own included; :func:`tables_version`). Each record of one of the
 suite's tests (a test id under ``conformance/test_``) has its gate looked up by the file's hardware and the record's
-model, precision, scenario and check, and its ``gating``, ``op`` and ``target`` must be the tables': an accuracy
+model, precision, scenario and check (a model the tables do not name is an imported graph, judged by the graphs'
+gates), and its ``gating``, ``op`` and ``target`` must be the tables': an accuracy
 ratio gate's target is its ratio times the figure it is relative to (``details.<of>_value``), a performance record's
 the scenario's target (the Server latency bound for the Server's p99), an audit's its fixed comparison (TEST04's bound
 follows from a measured score, so only its ``op`` and ``gating`` are checked).
@@ -21,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from conformance.targets import backend_files
-from conformance.targets.accuracy import ACCURACY_FILE, load_targets
+from conformance.targets.accuracy import ACCURACY_FILE, GRAPH_CASE, load_targets
 from conformance.targets.performance import PERFORMANCE_FILE, SCENARIO_CHECKS, load_performance_targets
 
 SUITE_TESTS = "conformance/test_"  # node ids of the suite's own tests
@@ -69,7 +70,10 @@ def _expected(record: dict, hardware: str, version: str) -> tuple[str, str, bool
     kind, model, precision, check = record.get("kind"), record.get("model"), record.get("precision"), record.get("check")
     scenario = record.get("scenario")
     if kind == "accuracy":
-        gate = _accuracy_gates(version).get((hardware, model, precision, check))
+        gates = _accuracy_gates(version)
+        gate = gates.get((hardware, model, precision, check))
+        if gate is None and not any(key[1] == model for key in gates):  # an imported graph: the graphs' gates
+            gate = gates.get((hardware, GRAPH_CASE, precision, check))
         if gate is None:
             return None
         if gate.of is None:
