@@ -209,6 +209,15 @@ def test_sigterm_after_a_test_finished_keeps_the_complete_report_and_puts_the_pa
         assert leftovers(suite) == [] and not (suite.path / "out" / reportdir.LOCK_FILE).exists()
 
     (suite.path / "out.interrupted").rename(suite.path / "partial")
+    (suite.path / "out.interrupted").write_text("a file of the user's")  # not a report: never replaced
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["report: NOT written: this interrupted run's partial report could not be put beside "
+                                 "the complete one (out.interrupted: exists and is not a report directory); the "
+                                 "complete report in out/ is unchanged"])
+    assert snapshot(suite.path / "out") == before
+    assert (suite.path / "out.interrupted").read_text() == "a file of the user's"
+    assert leftovers(suite) == []
     result = suite.runpytest_subprocess("--report-dir", "partial", "-p", "no:randomly")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["report: partial/ (results.json, *"])

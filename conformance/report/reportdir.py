@@ -334,7 +334,8 @@ class ReportDirectory:
         """Put the staged set in place of the report directory's; returns the way it was done (``swap`` or
         ``entries``), ``kept`` when the staged set is that of a run interrupted before any test finished and the
         directory holds a report (the staged set is dropped), or ``beside`` when it is that of an interrupted run and
-        the directory holds a complete report (the staged set goes to :attr:`beside`; ``kept`` where it cannot). An
+        the directory holds a complete report (the staged set goes to :attr:`beside`; ``dropped`` where it cannot,
+        said in :attr:`notes`). An
         OSError leaves the previous set (``swap``) and the staging directory for :meth:`discard`."""
         if self.staging is None:
             raise RuntimeError("nothing staged")
@@ -353,8 +354,8 @@ class ReportDirectory:
         return "entries"
 
     def _put_beside(self) -> str:
-        """The staged (interrupted) set to :attr:`beside`, replacing an earlier partial set there; ``kept`` (the staged
-        set dropped, said in :attr:`notes`) where it cannot go there."""
+        """The staged (interrupted) set to :attr:`beside`, replacing an earlier partial set there; ``dropped`` (said in
+        :attr:`notes`) where it cannot go there."""
         target = self.real.parent / (self.real.name + INTERRUPTED_SUFFIX)
         staging = self.staging
         try:
@@ -369,9 +370,9 @@ class ReportDirectory:
         except OSError as exc:
             self.discard()
             where = f"{exc.filename}: " if exc.filename else ""
-            self.notes.append(f"--report-dir {self.path}: the interrupted run's partial report could not be put "
-                              f"beside the complete one ({where}{exc.strerror or exc})")
-            return "kept"
+            self.notes.append(f"this interrupted run's partial report could not be put beside the complete one "
+                              f"({where}{exc.strerror or exc})")
+            return "dropped"
         self.discard()
         return "beside"
 

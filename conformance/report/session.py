@@ -116,6 +116,7 @@ class ReportSession:
         self._compiled_seen = 0.0  # numba's compile time already said in a progress line
         self.kept_previous = False  # the run was interrupted before any test finished: the previous report stays
         self.put_beside = False  # an interrupted run's partial report went beside the complete one, which stays
+        self.dropped_partial: str | None = None  # why an interrupted run's partial report could not go beside it
         self.late_interrupt = False  # an interrupt came once the report was in place: the report stands
         self.deselected: list[str] = []  # node ids that -k or -m (not the shard) left out of the run
         self.selected: int | None = None  # tests the run set out to run (after -k, -m and the shard)
@@ -448,6 +449,8 @@ class ReportSession:
             write_report(staging, self.results)
             way = self.directory.commit()
             self.kept_previous, self.put_beside = way == "kept", way == "beside"
+            if way == "dropped":
+                self.dropped_partial = self.directory.notes[-1]
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the report is written: what is said is what is on disk
             placed = self.directory.placed()
             self.directory.discard()
@@ -504,6 +507,9 @@ class ReportSession:
         elif self.kept_previous:
             terminalreporter.write_line(f"report: NOT written: the run was interrupted before any test finished; the "
                                         f"previous report in {self.report_dir}/ is unchanged", yellow=True)
+        elif self.dropped_partial is not None:
+            terminalreporter.write_line(f"report: NOT written: {self.dropped_partial}; the complete report in "
+                                        f"{self.report_dir}/ is unchanged", yellow=True)
         elif self.put_beside:
             terminalreporter.write_line(f"report: this interrupted run's partial report is in {self.directory_beside()}/;"
                                         f" the complete report in {self.report_dir}/ is unchanged", yellow=True)
