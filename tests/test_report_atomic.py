@@ -39,6 +39,16 @@ if os.environ.get("KILL_AFTER_SWAP"):  # SIGKILL once the new set is in place, b
             os.kill(os.getpid(), signal.SIGKILL)
     reportdir.exchange_paths = _exchange_then_die
 
+if os.environ.get("TERM_IN_SWAP"):  # SIGTERM to the run just as the new set is swapped in
+    _exchange_in_swap = reportdir.exchange_paths
+    def _exchange_then_term(a, b):
+        if os.path.basename(b) == "out" and os.environ["TERM_IN_SWAP"] == "before":
+            os.kill(os.getpid(), signal.SIGTERM)
+        _exchange_in_swap(a, b)
+        if os.path.basename(b) == "out" and os.environ["TERM_IN_SWAP"] == "after":
+            os.kill(os.getpid(), signal.SIGTERM)
+    reportdir.exchange_paths = _exchange_then_term
+
 if os.environ.get("TERM_AT") == "start":  # SIGTERM once the tests are collected, before the first one starts
     def pytest_collection_finish(session):
         os.kill(os.getpid(), signal.SIGTERM)
@@ -85,7 +95,7 @@ def test_other(settings):
 @pytest.fixture
 def suite(pytester, monkeypatch):
     for name in ("KILL_DURING_REPORT", "KILL_AFTER_SWAP", "WAIT_FOR_GATE", "BREAK_REPORT_DIR", "RUN_NAME", "SNR",
-                 "TERM_AT"):
+                 "TERM_AT", "TERM_IN_SWAP"):
         monkeypatch.delenv(name, raising=False)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
@@ -555,3 +565,21 @@ def test_an_interrupt_at_each_step_of_the_swap_is_told_as_the_disk_holds_it(suit
             assert snapshot(out) == before, f"step {step}: the previous report, whole"
         assert leftovers(suite) == [] and not (out / reportdir.LOCK_FILE).exists(), f"step {step}"
     assert step > 8 and seen == {True, False}
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigterm_just_as_the_report_is_swapped_in_is_held_until_the_swap_is_done(suite, monkeypatch, when):
+    """A real SIGTERM during the swap waits for the swap's end: the new report is in place, whole, and the terminal
+    and the exit status say so (the run ends as its report says)."""
+    first_report(suite, monkeypatch)
+    monkeypatch.setenv("TERM_IN_SWAP", when)
+    monkeypatch.setenv("RUN_NAME", "new")
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
+    results = json.loads((suite.path / "out" / "results.json").read_text())
+    assert (suite.path / "out" / "loadgen" / "case" / "log.txt").read_text() == "new"
+    assert result.ret == results["exit_status"] == 0
+    result.stdout.fnmatch_lines(["created: *, exit status 0", "report: out/ (results.json, *",
+                                 "an interrupt came once the report was in place; the run ends as its report says "
+                                 "(exit status 0)", "conformance PASS: *"])
+    assert "NOT written" not in result.stdout.str() + result.stderr.str()
+    assert leftovers(suite) == [] and not (suite.path / "out" / reportdir.LOCK_FILE).exists()
