@@ -46,8 +46,7 @@ from conformance.report import plots, render, xfails
 from conformance.report import record as results_record
 from conformance.report.checks import RECORD_KEY
 from conformance.report.collect import XFAIL_KEY, Collector, encode_properties, junit_properties
-from conformance.report import reportdir as reportdir_mod
-from conformance.report.reportdir import ReportDirBusy, ReportDirectory
+from conformance.report.reportdir import INTERRUPTED_SUFFIX, ReportDirBusy, ReportDirectory
 from conformance.report.shard import split
 from conformance.targets.regression import load_tolerances
 from models import MODEL_NAMES
@@ -471,7 +470,8 @@ class ReportSession:
             self._fail_case(REPORT_CASE, self.write_error)
 
     def directory_beside(self) -> Path:
-        return Path(str(self.report_dir) + reportdir_mod.INTERRUPTED_SUFFIX)
+        """Where an interrupted run's partial report goes beside a complete one (as the user named the directory)."""
+        return Path(str(self.report_dir) + INTERRUPTED_SUFFIX)
 
     def _as_ended(self) -> dict:
         """The results as the run ended: where the report could not be written, with the exit status the process
