@@ -464,6 +464,9 @@ def test_report_command_write_errors_are_exit_3(tmp_path, capsys, monkeypatch):
     assert "ipu-conformance report: internal error" in capsys.readouterr().err
 
 
+FAST = ("-p", "no:hypothesispytest")  # in-process runs import Hypothesis afresh for its summary line: seconds each
+
+
 class _Interrupter:
     """Raises KeyboardInterrupt (as a SIGINT or SIGTERM handler does) before or after the ``step``-th step of writing
     and swapping in a report: each file written, each rename, exchange, link, lock, chmod and removal."""
@@ -514,14 +517,13 @@ class _Interrupter:
         self.step, self.count, self.active = step, 0, False
 
 
+@pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("mode", ["swap", "entries"])
-def test_an_interrupt_at_each_step_of_the_swap_is_told_as_the_disk_holds_it(suite, monkeypatch, mode):
+def test_an_interrupt_at_each_step_of_the_swap_is_told_as_the_disk_holds_it(suite, monkeypatch, mode, when):
     """At every step of writing and swapping in the report, an interrupt leaves either the previous report whole
     (said: NOT written, the previous one unchanged; exit 2 and no line saying otherwise) or the new one whole (said:
     the report, the exit status its results.json gives), and nothing of the run's own behind. The interrupt comes
-    just after each step, before the code that did it has noted it (the hardest place; just before a step is just
-    after the one before it)."""
-    when = "after"
+    just before each step, or just after it, before the code that did it has noted it."""
     out = suite.path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("kept across runs")
@@ -538,7 +540,7 @@ def test_an_interrupt_at_each_step_of_the_swap_is_told_as_the_disk_holds_it(suit
         step += 1
         interrupter.arm(step)
         try:
-            result = suite.runpytest("--report-dir", "out")
+            result = suite.runpytest("--report-dir", "out", *FAST)
         except KeyboardInterrupt:  # pragma: no cover - the run must have handled it
             pytest.fail(f"step {step} ({when}): the interrupt escaped the run")
         if interrupter.count < step:  # every step done without an interrupt: the run is over
