@@ -9,7 +9,7 @@ import math
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conformance.cli import main as cli_main
@@ -62,7 +62,7 @@ def suite(pytester, monkeypatch):
     return pytester
 
 
-@settings(max_examples=6, deadline=None, database=None, derandomize=True,
+@settings(max_examples=25, deadline=None, database=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(text=XFAIL_TEXT)
 def test_a_run_with_a_hostile_known_failures_file(suite, text):
@@ -75,6 +75,7 @@ def test_a_run_with_a_hostile_known_failures_file(suite, text):
     output = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in output and "INTERNALERROR" not in output, output
     assert result.ret in (0, 1, 4, 5), output
+    event(f"exit {int(result.ret)}")
     if result.ret == 4:
         assert "hostile.txt" in output, output
         assert snapshot(suite.path / "out") == before
