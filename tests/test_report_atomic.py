@@ -207,7 +207,7 @@ def test_sigterm_after_a_test_finished_keeps_the_complete_report_and_puts_the_pa
     monkeypatch.setenv("TERM_AT", "other")
     for name in ("interrupted", "interrupted again"):
         monkeypatch.setenv("RUN_NAME", name)
-        result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
+        result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
         assert result.ret == pytest.ExitCode.INTERRUPTED
         result.stdout.fnmatch_lines(["report: this interrupted run's partial report is in out.interrupted/; the "
                                      "complete report in out/ is unchanged"])
@@ -220,7 +220,7 @@ def test_sigterm_after_a_test_finished_keeps_the_complete_report_and_puts_the_pa
 
     (suite.path / "out.interrupted").rename(suite.path / "partial")
     (suite.path / "out.interrupted").write_text("a file of the user's")  # not a report: never replaced
-    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["report: NOT written: this interrupted run's partial report could not be put beside "
                                  "the complete one (out.interrupted: exists and is not a report directory); the "
@@ -228,14 +228,14 @@ def test_sigterm_after_a_test_finished_keeps_the_complete_report_and_puts_the_pa
     assert snapshot(suite.path / "out") == before
     assert (suite.path / "out.interrupted").read_text() == "a file of the user's"
     assert leftovers(suite) == []
-    result = suite.runpytest_subprocess("--report-dir", "partial", "-p", "no:randomly")
+    result = suite.runpytest_subprocess("--report-dir", "partial", "-p", "no:randomly", *FAST)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["report: partial/ (results.json, *"])
     assert (suite.path / "partial" / "loadgen" / "case" / "log.txt").read_text() == "interrupted again"
     assert not (suite.path / "partial.interrupted").exists()
 
     monkeypatch.setenv("TERM_AT", "accuracy")
-    assert suite.runpytest_subprocess("--report-dir", "fresh", "-p", "no:randomly").ret == pytest.ExitCode.INTERRUPTED
+    assert suite.runpytest_subprocess("--report-dir", "fresh", "-p", "no:randomly", *FAST).ret == pytest.ExitCode.INTERRUPTED
     results = json.loads((suite.path / "fresh" / "results.json").read_text())
     assert results["interrupted"] and results["tests"] == [] and results["exit_status"] == 2
 
@@ -576,7 +576,7 @@ def test_sigterm_just_as_the_report_is_swapped_in_is_held_until_the_swap_is_done
     first_report(suite, monkeypatch)
     monkeypatch.setenv("TERM_IN_SWAP", when)
     monkeypatch.setenv("RUN_NAME", "new")
-    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
     results = json.loads((suite.path / "out" / "results.json").read_text())
     assert (suite.path / "out" / "loadgen" / "case" / "log.txt").read_text() == "new"
     assert result.ret == results["exit_status"] == 0
