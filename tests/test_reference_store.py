@@ -97,3 +97,39 @@ def test_atomic_write_keeps_previous_file_on_error(tmp_path):
             raise RuntimeError("killed mid-write")
     assert target.read_text() == "old"
     assert list(tmp_path.iterdir()) == [target]
+
+
+def test_a_forged_reference_with_its_hashes_rewritten_is_refused(tmp_path, monkeypatch):
+    """A copy of the suite's references with widedeep's outputs changed and every hash that describes them rewritten
+    (the manifest's file and outputs SHA-256): it reads as a consistent set, but not as the files the suite ships."""
+    import hashlib
+    from pathlib import Path
+
+    shipped = Path(reference.REFERENCE_DIR)
+    copy = tmp_path / "reference"
+    copy.mkdir()
+    for path in shipped.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    monkeypatch.setattr(reference, "REFERENCE_DIR", copy)
+    reference.check_files(["widedeep", "albert"])  # the faithful copy is the suite's own
+
+    with np.load(copy / "widedeep.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    outputs = {k: v * np.float32(1.01) for k, v in arrays.items() if not k.startswith("__")}
+    np.savez_compressed(copy / "widedeep.npz", **{**arrays, **outputs})
+    manifest = json.loads((copy / "manifest.json").read_text())
+    entry = manifest["models"]["widedeep"]
+    entry["file_sha256"] = hashlib.sha256((copy / "widedeep.npz").read_bytes()).hexdigest()
+    entry["outputs_sha256"] = reference.sha256_arrays(outputs)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+
+    other = tmp_path / "elsewhere"  # the same files as a directory of one's own: consistent, read
+    other.mkdir()
+    for path in copy.iterdir():
+        (other / path.name).write_bytes(path.read_bytes())
+    np.testing.assert_array_equal(reference.load("widedeep", other)[next(iter(outputs))], next(iter(outputs.values())))
+    for check in (lambda: reference.check_files(["widedeep"]), lambda: reference.load("widedeep")):
+        with pytest.raises(reference.ReferenceError, match=r"widedeep\.npz' has SHA-256 [0-9a-f]{16}\.\.\., but the "
+                           r"suite's own record of the references it ships \(reference_sha256\.json\) records "
+                           r"[0-9a-f]{16}\.\.\.: it is not the reference this suite ships"):
+            check()

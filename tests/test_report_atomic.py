@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main as cli_main
-from conformance.report import render, reportdir, session
+from conformance.report import record, render, reportdir, session
 
 # the real fixtures; the environment makes a run kill itself while it writes its report
 CONFTEST = """
@@ -38,6 +38,16 @@ if os.environ.get("KILL_AFTER_SWAP"):  # SIGKILL once the new set is in place, b
         if os.path.basename(b) == "out":
             os.kill(os.getpid(), signal.SIGKILL)
     reportdir.exchange_paths = _exchange_then_die
+
+if os.environ.get("TERM_IN_SWAP"):  # SIGTERM to the run just as the new set is swapped in
+    _exchange_in_swap = reportdir.exchange_paths
+    def _exchange_then_term(a, b):
+        if os.path.basename(b) == "out" and os.environ["TERM_IN_SWAP"] == "before":
+            os.kill(os.getpid(), signal.SIGTERM)
+        _exchange_in_swap(a, b)
+        if os.path.basename(b) == "out" and os.environ["TERM_IN_SWAP"] == "after":
+            os.kill(os.getpid(), signal.SIGTERM)
+    reportdir.exchange_paths = _exchange_then_term
 
 if os.environ.get("TERM_AT") == "start":  # SIGTERM once the tests are collected, before the first one starts
     def pytest_collection_finish(session):
@@ -85,7 +95,7 @@ def test_other(settings):
 @pytest.fixture
 def suite(pytester, monkeypatch):
     for name in ("KILL_DURING_REPORT", "KILL_AFTER_SWAP", "WAIT_FOR_GATE", "BREAK_REPORT_DIR", "RUN_NAME", "SNR",
-                 "TERM_AT"):
+                 "TERM_AT", "TERM_IN_SWAP"):
         monkeypatch.delenv(name, raising=False)
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
@@ -188,20 +198,44 @@ def test_sigterm_before_any_test_finished_keeps_the_previous_report(suite, monke
     assert leftovers(suite) == [] and not (suite.path / "out" / reportdir.LOCK_FILE).exists()
 
 
-def test_sigterm_after_a_test_finished_reports_the_interrupted_run(suite, monkeypatch):
-    """A finished test is something to report: the interrupted run's set replaces the previous one (FAIL, exit 2);
+def test_sigterm_after_a_test_finished_keeps_the_complete_report_and_puts_the_partial_one_beside(suite, monkeypatch):
+    """A finished test is something to report, but never in place of a complete report: the interrupted run's
+    partial set (FAIL, exit 2) goes to ``out.interrupted`` (a later one replaces it there), the complete report stays
+    in ``out`` and the terminal names both; a directory holding only an interrupted report gets the new one in place;
     into an empty directory, an interruption in the first test leaves its set (the logs of the test it stopped)."""
-    first_report(suite, monkeypatch)
+    before = first_report(suite, monkeypatch)
     monkeypatch.setenv("TERM_AT", "other")
-    monkeypatch.setenv("RUN_NAME", "interrupted")
-    assert suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly").ret == pytest.ExitCode.INTERRUPTED
-    results = json.loads((suite.path / "out" / "results.json").read_text())
-    assert results["interrupted"] and results["verdict"] == "FAIL" and results["exit_status"] == 2
-    assert [t["id"] for t in results["tests"]] == ["test_suite.py::test_accuracy"]
-    assert (suite.path / "out" / "loadgen" / "case" / "log.txt").read_text() == "interrupted"
+    for name in ("interrupted", "interrupted again"):
+        monkeypatch.setenv("RUN_NAME", name)
+        result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
+        assert result.ret == pytest.ExitCode.INTERRUPTED
+        result.stdout.fnmatch_lines(["report: this interrupted run's partial report is in out.interrupted/; the "
+                                     "complete report in out/ is unchanged"])
+        assert snapshot(suite.path / "out") == before
+        results = json.loads((suite.path / "out.interrupted" / "results.json").read_text())
+        assert results["interrupted"] and results["verdict"] == "FAIL" and results["exit_status"] == 2
+        assert [t["id"] for t in results["tests"]] == ["test_suite.py::test_accuracy"]
+        assert (suite.path / "out.interrupted" / "loadgen" / "case" / "log.txt").read_text() == name
+        assert leftovers(suite) == [] and not (suite.path / "out" / reportdir.LOCK_FILE).exists()
+
+    (suite.path / "out.interrupted").rename(suite.path / "partial")
+    (suite.path / "out.interrupted").write_text("a file of the user's")  # not a report: never replaced
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["report: NOT written: this interrupted run's partial report could not be put beside "
+                                 "the complete one (out.interrupted: exists and is not a report directory); the "
+                                 "complete report in out/ is unchanged"])
+    assert snapshot(suite.path / "out") == before
+    assert (suite.path / "out.interrupted").read_text() == "a file of the user's"
+    assert leftovers(suite) == []
+    result = suite.runpytest_subprocess("--report-dir", "partial", "-p", "no:randomly", *FAST)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["report: partial/ (results.json, *"])
+    assert (suite.path / "partial" / "loadgen" / "case" / "log.txt").read_text() == "interrupted again"
+    assert not (suite.path / "partial.interrupted").exists()
 
     monkeypatch.setenv("TERM_AT", "accuracy")
-    assert suite.runpytest_subprocess("--report-dir", "fresh", "-p", "no:randomly").ret == pytest.ExitCode.INTERRUPTED
+    assert suite.runpytest_subprocess("--report-dir", "fresh", "-p", "no:randomly", *FAST).ret == pytest.ExitCode.INTERRUPTED
     results = json.loads((suite.path / "fresh" / "results.json").read_text())
     assert results["interrupted"] and results["tests"] == [] and results["exit_status"] == 2
 
@@ -428,3 +462,126 @@ def test_report_command_write_errors_are_exit_3(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(render.FORMATS, "terminal", broken)
     assert cli_main(["report", str(SAMPLE)]) == 3  # a bug is an internal error, not a verdict
     assert "ipu-conformance report: internal error" in capsys.readouterr().err
+
+
+FAST = ("-p", "no:hypothesispytest")  # in-process runs import Hypothesis afresh for its summary line: seconds each
+
+
+class _Interrupter:
+    """Raises KeyboardInterrupt (as a SIGINT or SIGTERM handler does) before or after the ``step``-th step of writing
+    and swapping in a report: each file written, each rename, exchange, link, lock, chmod and removal."""
+
+    OS_STEPS = ("rename", "chmod", "pwrite", "close", "unlink", "link", "rmdir")
+
+    def __init__(self, monkeypatch, when: str):
+        self.when, self.step, self.count, self.active = when, 0, 0, False
+        for module, name in ((session, "write_text_atomic"), (record, "write_text_atomic"),
+                             (reportdir, "exchange_paths"), (reportdir, "_carry"), (reportdir, "_lock"),
+                             (reportdir, "_remove")):
+            monkeypatch.setattr(module, name, self.counted(getattr(module, name)))
+        real_write = session.write_report
+
+        def write_report(*args):
+            self.active = True  # the steps counted are those of writing and swapping in the report
+            return real_write(*args)
+        monkeypatch.setattr(session, "write_report", write_report)
+        real_release = reportdir.ReportDirectory.release
+
+        def release(directory):
+            self.active = False  # the run is over: letting go of the directory is not a step of the swap
+            return real_release(directory)
+        monkeypatch.setattr(reportdir.ReportDirectory, "release", release)
+        interrupter = self
+
+        class CountedOs:
+            def __getattr__(self, name):
+                found = getattr(os, name)
+                return interrupter.counted(found) if name in interrupter.OS_STEPS else found
+        monkeypatch.setattr(reportdir, "os", CountedOs())
+
+    def counted(self, function):
+        def step(*args, **kwargs):
+            if not self.active:
+                return function(*args, **kwargs)
+            self.count += 1
+            here = self.count == self.step
+            if here and self.when == "before":
+                raise KeyboardInterrupt(f"step {self.step}")
+            result = function(*args, **kwargs)
+            if here:
+                raise KeyboardInterrupt(f"step {self.step}")
+            return result
+        return step
+
+    def arm(self, step: int) -> None:
+        self.step, self.count, self.active = step, 0, False
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("mode", ["swap", "entries"])
+def test_an_interrupt_at_each_step_of_the_swap_is_told_as_the_disk_holds_it(suite, monkeypatch, mode, when):
+    """At every step of writing and swapping in the report, an interrupt leaves either the previous report whole
+    (said: NOT written, the previous one unchanged; exit 2 and no line saying otherwise) or the new one whole (said:
+    the report, the exit status its results.json gives), and nothing of the run's own behind. The interrupt comes
+    just before each step, or just after it, before the code that did it has noted it."""
+    out = suite.path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("kept across runs")
+    if mode == "entries":  # a directory of the user's own: the entries are moved in one at a time
+        (out / "mine").mkdir()
+        (out / "mine" / "file").write_text("mine")
+    before = first_report(suite, monkeypatch)
+    monkeypatch.setenv("RUN_NAME", "new")
+    monkeypatch.setenv("SNR", "25")
+    interrupter = _Interrupter(monkeypatch, when)
+    seen = set()
+    step = 0
+    while True:
+        step += 1
+        interrupter.arm(step)
+        try:
+            result = suite.runpytest("--report-dir", "out", *FAST)
+        except KeyboardInterrupt:  # pragma: no cover - the run must have handled it
+            pytest.fail(f"step {step} ({when}): the interrupt escaped the run")
+        if interrupter.count < step:  # every step done without an interrupt: the run is over
+            assert result.ret == 0
+            break
+        text = result.stdout.str()
+        assert "Traceback" not in text
+        results = json.loads((out / "results.json").read_text())
+        new = results["records"][0]["value"] == 25
+        seen.add(new)
+        if new:
+            assert result.ret == results["exit_status"] == 0, f"step {step}"
+            result.stdout.fnmatch_lines(["report: out/ (results.json, *",
+                                         "an interrupt came once the report was in place; the run ends as its "
+                                         "report says (exit status 0)", "conformance PASS: *"])
+            assert (out / "loadgen" / "case" / "log.txt").read_text() == "new"
+            assert (out / "notes.txt").read_text() == "kept across runs"
+        else:
+            assert result.ret == pytest.ExitCode.INTERRUPTED, f"step {step}"
+            result.stdout.fnmatch_lines(["created: *, exit status 2",
+                                         "report: NOT written: interrupted while the report was written (exit "
+                                         "status 2)", "conformance FAIL: *"])
+            assert "exit status 0" not in text and "conformance PASS" not in text
+            assert snapshot(out) == before, f"step {step}: the previous report, whole"
+        assert leftovers(suite) == [] and not (out / reportdir.LOCK_FILE).exists(), f"step {step}"
+    assert step > 8 and seen == {True, False}
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigterm_just_as_the_report_is_swapped_in_is_held_until_the_swap_is_done(suite, monkeypatch, when):
+    """A real SIGTERM during the swap waits for the swap's end: the new report is in place, whole, and the terminal
+    and the exit status say so (the run ends as its report says)."""
+    first_report(suite, monkeypatch)
+    monkeypatch.setenv("TERM_IN_SWAP", when)
+    monkeypatch.setenv("RUN_NAME", "new")
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
+    results = json.loads((suite.path / "out" / "results.json").read_text())
+    assert (suite.path / "out" / "loadgen" / "case" / "log.txt").read_text() == "new"
+    assert result.ret == results["exit_status"] == 0
+    result.stdout.fnmatch_lines(["created: *, exit status 0", "report: out/ (results.json, *",
+                                 "an interrupt came once the report was in place; the run ends as its report says "
+                                 "(exit status 0)", "conformance PASS: *"])
+    assert "NOT written" not in result.stdout.str() + result.stderr.str()
+    assert leftovers(suite) == [] and not (suite.path / "out" / reportdir.LOCK_FILE).exists()

@@ -65,7 +65,8 @@ def relative(data: dict, interval, established, floor: dict | None = None) -> No
     ratio's 95% interval (and, for a label metric whose FP32 score is at or below its floor, that floor)."""
     record = find(data, F1)
     record.update(check=RELATIVE_CHECK, established=established)
-    record["details"] = {**record["details"], "ratio_ci95": interval, **({"label_floor": floor} if floor else {})}
+    record["details"] = {**record["details"], "ratio_ci95": interval, "fp32_value": 1.0,
+                         **({"label_floor": floor} if floor else {})}
     data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in data["records"]])
 
 
@@ -103,7 +104,24 @@ def as_merged(change):
 
 
 # (id, mutation of the passing run, words the refusal must hold besides the file's name)
+def _gate(data: dict, **fields) -> None:
+    """The F1 gate as a run now writes it (a relative gate of the suite's tables), with ``fields`` edited."""
+    relative(data, [0.995, 1.0], True)
+    find(data, RELATIVE).update(fields)
+
+
 TAMPERED = [
+    ("target-edited", lambda d: _gate(d, target=-5.0),
+     (f"record {RELATIVE} (test conformance/test_accuracy.py::test_accuracy[bert-base-fp16], check f1@0.99xfp32): "
+      "target -5.0, but the tables give 0.99 (f1 >= 0.99 x f1(fp32))", "records no tables version")),
+    ("failing-gate-made-informational", lambda d: _gate(d, value=0.5, passed=False, gating=False, established=None,
+                                                        details={"fp32_value": 1.0}),
+     (f"record {RELATIVE} (test conformance/test_accuracy.py::test_accuracy[bert-base-fp16], check f1@0.99xfp32): "
+      "gating is false, but the tables make it a gate",)),
+    ("older-table-version", lambda d: d["settings"].update(tables="0" * 64),
+     ("judged with other target tables (version 000000000000, this suite's is ", "a results file of another table "
+      "version")),
+
     ("value-below-target-marked-passed", lambda d: find(d, F1).update(value=-0.18, target=0.816),
      (F1, "test conformance/test_accuracy.py::test_accuracy[bert-base-fp16]", "check f1_ratio",
       "passed is true, but value -0.18 >= target 0.816 is false")),
@@ -407,3 +425,28 @@ def test_mutated_file_never_tracebacks_and_never_shows_an_unfounded_pass(base, m
                 assert _honest_pass(data), f"PASS shown for {mutations}:\n{text}"
             if code != 4:
                 assert verify.problems(data) == [], f"{args}: exit {code} for an inconsistent file {mutations}"
+
+
+def test_targets_and_gating_are_the_tables_of_the_files_version():
+    """A file that records this suite's tables version is checked record by record against them: a gate they have,
+    as they have it, is accepted; a check they do not have for the record's model and precision is refused; the same
+    file from other tables is refused as such, without guessing at its targets."""
+    from conformance.report import tables
+    data = passing_results()
+    relative(data, [0.995, 1.0], True)
+    data["records"] = [find(data, RELATIVE)]
+    data["settings"]["tables"] = tables.tables_version()
+    assert verify.problems(data) == []
+    tier = copy.deepcopy(find(data, RELATIVE))
+    tier.update(check="f1@0.999xfp32", target=0.999, gating=True, established=False)
+    data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in [*data["records"], tier]])
+    assert verify.problems(data) == [
+        "record accuracy/bert-base/fp16/-/f1@0.999xfp32 (test conformance/test_accuracy.py::test_accuracy[bert-base-fp16],"
+        " check f1@0.999xfp32): gating is true, but the tables make it reported, not gating (f1 >= 0.999 x f1(fp32) "
+        "(reported, not gating))"]
+    unknown = copy.deepcopy(data)
+    unknown["records"][1]["check"] = "f1@0.5xfp32"
+    unknown["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in unknown["records"]])
+    assert any("the tables have no such gate for bert-base fp16 on ipu" in p for p in verify.problems(unknown))
+    data["settings"]["tables"] = "f" * 64
+    assert [p for p in verify.problems(data) if "other target tables" in p]

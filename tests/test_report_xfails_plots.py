@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import numpy as np
 import pytest
 
@@ -72,6 +75,30 @@ def test_matching_brackets_literal_star_wildcard():
            "other/test_performance.py::test_performance[resnet50-fp8-Server]"]
     found = xfails.match(ids, entries)
     assert {k: v.bucket for k, v in found.items()} == {ids[0]: "temporarily-failing", ids[2]: "permanent"}
+
+
+def test_runs_of_stars_match_in_linear_time():
+    """A pattern of 10,000 stars (and a run of stars before a letter, which a backtracking regex takes exponential
+    time for) is matched against 1,000 test ids at once."""
+    ids = [f"conformance/test_accuracy.py::test_accuracy[model{i:04d}-fp8]" for i in range(1000)]
+    stars = "*" * 10_000
+    entries = xfails.parse(f"[unsupported]\n{stars}Q  x\n[permanent]\n{stars}8]{stars}  c  y\n", "x.txt")
+    start = time.perf_counter()
+    found = xfails.match(ids, entries)
+    many = xfails.parse("[unsupported]\n" + "*a" * 5_000 + "*Q  x\n", "x.txt")
+    assert xfails.match(ids, many) == {}
+    assert time.perf_counter() - start < 1.0
+    assert found == {i: entries[1] for i in ids if i.endswith("8]")}
+
+
+@pytest.mark.parametrize("pattern, name", [
+    ("a*b*c", "abc"), ("a*b*c", "aXbYc"), ("a*b*c", "acb"), ("*", ""), ("a*", "a"), ("*a", "ba"), ("a*a", "a"),
+    ("a*a", "aa"), ("**a**", "xax"), ("ab*ba", "aba"), ("ab*ba", "abba"), ("*ab*ab*", "abab"), ("*ab*ab*", "aab"),
+    ("x", "x"), ("x", "xy"), ("[a]*", "[a]b"), ("a.c", "abc"), ("*aab", "aaab"), ("a*b*b", "abbb"), ("a*b*b", "ab"),
+])
+def test_wildcard_agrees_with_a_regex(pattern, name):
+    oracle = re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), name) is not None
+    assert xfails.Wildcard(pattern).fullmatch(name) is oracle
 
 
 def test_stale_entries_only_within_the_runs_scope():

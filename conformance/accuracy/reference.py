@@ -34,6 +34,10 @@ from models import MODEL_NAMES, load_model, run_batched
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
+# The SHA-256 of each reference file the suite ships, kept with the code rather than beside the files: a file whose
+# manifest entry and inner hashes were rewritten together still differs from it. ``reference generate`` into the
+# suite's own directory writes it.
+SHIPPED_SHA256 = Path(__file__).with_name("reference_sha256.json")
 MANIFEST = "manifest.json"
 # Bump when a sample generator or a model's seeded weights change: the stored outputs are then stale.
 GENERATOR_VERSION = 2
@@ -159,6 +163,9 @@ def generate(names, directory: Path | None = None, batch_size: int = 8, log=prin
         }
         log(f"reference {name}: {samples} samples -> {directory / filename}")
     write_text_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if _suites_own(directory):
+        shipped = {name: entry["file_sha256"] for name, entry in sorted(manifest["models"].items())}
+        write_text_atomic(SHIPPED_SHA256, json.dumps(shipped, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
@@ -218,7 +225,35 @@ def _load(name: str, directory: Path, model=None) -> tuple[dict[str, np.ndarray]
         if len(differs):
             raise ReferenceError(f"reference file {str(path)!r} was computed on other samples than the evaluation "
                                  f"samples of {name!r} (the first that differs: sample {int(differs[0])}); {regenerate}")
+    if _suites_own(directory):
+        shipped = _shipped().get(name)
+        if shipped != actual:
+            said = "has no record of it" if shipped is None else f"records {shipped[:16]}..."
+            raise ReferenceError(f"reference file {str(path)!r} has SHA-256 {actual[:16]}..., but the suite's own record "
+                                 f"of the references it ships ({SHIPPED_SHA256.name}) {said}: it is not the reference "
+                                 f"this suite ships (its manifest entry was rewritten with it); restore reference/ from "
+                                 f"the suite's release, or {regenerate}")
     return outputs, hashes
+
+
+def _suites_own(directory: Path) -> bool:
+    """Whether ``directory`` is the suite's reference directory (:data:`REFERENCE_DIR`, looked up at call time)."""
+    try:
+        return Path(directory).resolve() == Path(REFERENCE_DIR).resolve()
+    except OSError:
+        return False
+
+
+def _shipped() -> dict[str, str]:
+    """model -> the SHA-256 of its reference file as the suite ships it (:data:`SHIPPED_SHA256`)."""
+    try:
+        document = load_json(SHIPPED_SHA256, "the suite's record of its reference files", JSON_CONFIG_LIMIT,
+                             ReferenceError)
+    except DataFileError as exc:
+        raise ReferenceError(f"reference hashes {exc}") from None
+    if not isinstance(document, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in document.items()):
+        raise ReferenceError(f"{SHIPPED_SHA256}: expected an object of model -> SHA-256 (hex)")
+    return document
 
 
 def _read_file(path: Path, name: str, entry: dict) -> tuple[dict[str, np.ndarray], np.ndarray]:

@@ -20,7 +20,7 @@ from conformance.report.shard import parse_shard
 # settings that must agree; shard, xfail_file and baseline legitimately differ. Paths of the user's checkpoints and data
 # may differ between machines: the models given them must agree, and their contents (sha256 in the records) where
 # two shards both judged the model.
-SAME_SETTINGS = ("hardware", "profile", "models", "precisions", "device", "real_time_loadgen", "samples")
+SAME_SETTINGS = ("hardware", "profile", "models", "precisions", "device", "real_time_loadgen", "samples", "tables")
 SAME_MODELS = ("checkpoints", "datasets", "calibrations")
 JUDGED_PARTS = ("checkpoint", "dataset", "fp8_calibration")
 
@@ -90,6 +90,12 @@ def merge(named: list[tuple[str, dict]]) -> dict:
     merged = dict(first)
     merged["settings"] = {**first["settings"], "shard": None, "baseline": None}
     merged["tests"] = sorted((t for _, d in named for t in d["tests"]), key=lambda t: t["id"])
+    selections = [d["settings"].get("selection") for _, d in named]
+    if all(selections):  # every shard's share of the selection, added up (each shard applies -k and -m alike)
+        counts = [s.get("selected") for s in selections]
+        merged["settings"]["selection"] = {
+            **selections[0], "selected": sum(counts) if all(isinstance(c, int) for c in counts) else None,
+            "deselected": sum(s["deselected"] for s in selections), "skipped": sum(s["skipped"] for s in selections)}
     merged["records"] = assign_ids([dict(r) for _, d in named for r in d["records"]])
     merged["stale_xfails"] = _stale_in_all(named)
     merged["regressions"] = [r for _, d in named for r in d["regressions"]]

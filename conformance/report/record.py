@@ -11,8 +11,8 @@ Schema (``"schema": "ipu-conformance/results/1"``; every key is always present):
 - ``hardware``: name, description, precisions, versions, timing (``"measured"`` or ``"simulated"``: how the backend's
   latencies are obtained; absent from files written before it was recorded)
 - ``settings``: hardware, profile, models, shard (``"i/n"`` or null), xfail_file, baseline (path or null); precisions,
-  device, real_time_loadgen, samples, checkpoints, datasets, calibrations (absent from files written before they were
-  recorded)
+  device, real_time_loadgen, samples, checkpoints, datasets, calibrations, tables (the target tables' SHA-256) (absent
+  from files written before they were recorded)
 - ``profile``: name, description, samples and batch_size per model
 - ``tests``: one per test, sorted by node id: id, outcome (passed, failed, error, skipped, xfailed, xpassed), duration_s,
   message, xfail (null or {test_id, bucket, reason, source})
@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Valid
 
 from boundedio import MIB, parse_json, read_text
 from conformance.fileio import write_text_atomic
+from conformance.report import tables
 from conformance.report.render import verdict as check_verdict
 
 SCHEMA = "ipu-conformance/results/1"
@@ -104,6 +105,14 @@ class Hardware(_Open):
         None, description="precision -> what it holds, as the backend states it; absent from older files")
 
 
+class Selection(_Closed):
+    keyword: Optional[str] = Field(description="-k, null when not given")
+    markers: Optional[str] = Field(description="-m, null when not given")
+    selected: Optional[StrictInt] = Field(ge=0, description="the tests the run set out to run (null: not known)")
+    deselected: StrictInt = Field(ge=0, description="the tests -k and -m left out")
+    skipped: StrictInt = Field(ge=0, description="the tests that ran and were skipped")
+
+
 class Settings(_Open):
     hardware: str
     profile: str
@@ -118,6 +127,10 @@ class Settings(_Open):
     checkpoints: Optional[dict[str, str]] = Field(None, description="--checkpoint: model -> path")
     datasets: Optional[dict[str, str]] = Field(None, description="--dataset: model -> path")
     calibrations: Optional[dict[str, str]] = Field(None, description="--calibration: model -> path")
+    tables: Optional[str] = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                  description="SHA-256 of the target tables the run was judged with (absent in older files)")
+    selection: Optional[Selection] = Field(None, description="what the run covered: -k, -m and the tests they left out "
+                                           "(absent in older files)")
 
 
 class Profile(_Open):
@@ -320,7 +333,8 @@ def judgement_of(results: dict) -> Judgement:
 
 
 def build(*, settings, backend, profile, tests, records, exit_status: int, interrupted=False, shard=None,
-          xfail_file=None, baseline=None, stale_xfails=(), regressions=(), plots=None, created=None) -> dict:
+          xfail_file=None, baseline=None, stale_xfails=(), regressions=(), plots=None, created=None,
+          selection=None) -> dict:
     """The results record of a run (see the module docstring); its verdict and exit status are :func:`judge`'s of
     ``exit_status`` (pytest's), the tests, records and regressions."""
     tests, records, regressions = list(tests), list(records), list(regressions)
@@ -340,7 +354,10 @@ def build(*, settings, backend, profile, tests, records, exit_status: int, inter
                      "data_types": {p: backend.data_types(p) for p in ("fp32", *backend.precisions)}},
         "settings": {"hardware": settings.hardware, "profile": settings.profile, "models": list(settings.models),
                      "shard": str(shard) if shard else None, "xfail_file": str(xfail_file) if xfail_file else None,
-                     "baseline": str(baseline) if baseline else None, **_run_settings(settings, backend)},
+                     "baseline": str(baseline) if baseline else None, **_run_settings(settings, backend),
+                     "selection": {**(selection or {"keyword": None, "markers": None, "selected": None,
+                                                    "deselected": 0}),
+                                   "skipped": sum(t.get("outcome") == "skipped" for t in tests)}},
         "profile": {"name": profile.name, "description": profile.description,
                     "samples": {m: profile.samples[m] for m in settings.models if m in profile.samples},
                     "batch_size": {m: profile.batch_size[m] for m in settings.models if m in profile.batch_size}},
@@ -363,7 +380,7 @@ def _run_settings(settings, backend) -> dict:
             "real_time_loadgen": bool(settings.real_time_loadgen),
             "samples": dict(sorted((settings.samples or {}).items())),
             "checkpoints": paths(settings.checkpoints), "datasets": paths(settings.datasets),
-            "calibrations": paths(settings.calibrations)}
+            "calibrations": paths(settings.calibrations), "tables": tables.tables_version()}
 
 
 def _json_default(value):

@@ -248,10 +248,12 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
     problems = [f"{n} {what}" for n, what in ((counts["FAIL"], "gate(s) failed"),
                                                (len(failed_tests(results)), "test(s) failed"),
                                                (len(results["regressions"]), "regression(s)")) if n]
+    selection = results["settings"].get("selection") or {}
     if results.get("interrupted"):
-        problems.append("interrupted")
+        problems.append("interrupted" + (f": {not_run} of {selection['selected']} selected tests not run"
+                                         if (not_run := tests_not_run(results)) else ""))
     pairs = [
-        ("verdict", results["verdict"] + (f" ({', '.join(problems)})" if problems else "")),
+        ("verdict", verdict_text(results) + (f" ({', '.join(problems)})" if problems else "")),
         ("hardware", f"{hardware['name']}: {hardware.get('description', '')}"),
     ]
     pairs += [("device", f"simulated {chip}" + (f": {description}" if description else ""))
@@ -260,14 +262,18 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
     if timing:
         pairs.append(("performance figures", timing))
     judged = judged_by_model(results)
+    given = [m for m in settings["models"] if m not in judged and any(
+        m in (settings.get(key) or {}) for key in ("checkpoints", "datasets", "calibrations"))]
+    yours = [*judged, *given]  # an interrupted run may not have judged a model it was given data for
     pairs += [
         ("profile", f"{settings['profile']} ({_role(results)}), models "
                     f"{', '.join(settings['models'])}"),
-        ("judged", "the suite's seeded weights and synthetic samples" if not judged else
-         f"your checkpoint or data for {', '.join(judged)} (see What was judged)"
-         + ("; the others: seeded weights" if set(settings["models"]) - set(judged) else "")),
+        ("judged", "the suite's seeded weights and synthetic samples" if not yours else
+         f"your checkpoint or data for {', '.join(yours)}" + (" (see What was judged)" if judged else "")
+         + ("; the others: seeded weights" if set(settings["models"]) - set(yours) else "")),
         ("commit", _commit(results)),
         ("tests", outcome_counts(results)),
+        *([("selection", selection_text(selection))] if selection_text(selection) else []),
         ("checks", _checks_summary(results)),
     ]
     if counts["XFAIL"]:
@@ -564,10 +570,35 @@ def _value_text(record: dict) -> str:
     return text
 
 
+def verdict_text(results: dict) -> str:
+    """The run's verdict as every report shows it: a PASS of a run that ``-k`` or ``-m`` narrowed is partial, naming
+    how many tests it left out (``settings.selection``)."""
+    deselected = (results["settings"].get("selection") or {}).get("deselected")
+    if results["verdict"] == "PASS" and deselected:
+        return f"PASS (partial: {deselected} test{'s' * (deselected != 1)} deselected)"
+    return results["verdict"]
+
+
+def selection_text(selection: dict) -> str:
+    """``-k``, ``-m`` and what they left out, in words; empty for a run they left nothing out of (a ``-m 'not slow'``
+    of the configuration that deselects nothing is not worth a line)."""
+    if not selection.get("deselected"):
+        return ""
+    parts = [f"-{flag} {selection[key]!r}" for flag, key in (("k", "keyword"), ("m", "markers")) if selection.get(key)]
+    of = f" of {selection['selected'] + selection['deselected']}" if selection.get("selected") is not None else ""
+    return ", ".join([*parts, f"{selection['deselected']}{of} tests deselected"])
+
+
+def tests_not_run(results: dict) -> int:
+    """How many of the tests the run set out to run have no result (an interrupted run's)."""
+    selected = (results["settings"].get("selection") or {}).get("selected")
+    return max(selected - len(results["tests"]), 0) if isinstance(selected, int) else 0
+
+
 def verdict_line(results: dict) -> str:
     """The run's verdict in one line: what the terminal prints last (one line, whatever the width, for a CI log's
     search)."""
-    return (f"conformance {results['verdict']}: hardware={results['hardware']['name']}, "
+    return (f"conformance {verdict_text(results)}: hardware={results['hardware']['name']}, "
             f"profile={results['settings']['profile']} ({_role(results)}), "
             f"{outcome_counts(results)}; {_checks_summary(results)}")
 
@@ -776,7 +807,7 @@ class Section:
 
 
 def title(results: dict) -> str:
-    return f"Conformance of {results['hardware']['name']}, profile {results['settings']['profile']}: {results['verdict']}"
+    return f"Conformance of {results['hardware']['name']}, profile {results['settings']['profile']}: {verdict_text(results)}"
 
 
 def _checks_note(results: dict) -> str:
@@ -915,7 +946,7 @@ def compliance_md(results: dict) -> str:
     """:func:`sections` as Markdown: the summary first (one screen with the verdict matrix), prose wrapped at
     :data:`MD_WIDTH` columns, long table cells as notes below their tables, plots as relative image links."""
     hw, profile = results["hardware"]["name"], results["settings"]["profile"]
-    out = [f"# Conformance of `{hw}`, profile `{profile}`: {results['verdict']}", ""]
+    out = [f"# Conformance of `{hw}`, profile `{profile}`: {verdict_text(results)}", ""]
     for section in sections(results):
         if section.title:
             out += [f"## {section.title}", ""]

@@ -46,12 +46,13 @@ from conformance.report import plots, render, xfails
 from conformance.report import record as results_record
 from conformance.report.checks import RECORD_KEY
 from conformance.report.collect import XFAIL_KEY, Collector, encode_properties, junit_properties
-from conformance.report.reportdir import ReportDirBusy, ReportDirectory
+from conformance.report.reportdir import INTERRUPTED_SUFFIX, ReportDirBusy, ReportDirectory
 from conformance.report.shard import split
 from conformance.targets.regression import load_tolerances
 from models import MODEL_NAMES
 
 STALE_KEY = "conformance_stale_xfails"
+SELECTION_KEY = "conformance_selection"  # workeroutput: how many tests a worker's collection selected and deselected
 REFUSED_KEY = "conformance_refused"  # workeroutput: why a worker's collection was refused (a usage error of the run)
 KNOWN_FAILURE = pytest.StashKey()  # the xfail entry of a test, judged on its records
 STAGING_KEY = "conformance_report_staging"  # workerinput: the staging directory the workers' tests write into
@@ -113,6 +114,12 @@ class ReportSession:
         self.write_exit = pytest.ExitCode.INTERNAL_ERROR
         self._compiled_seen = 0.0  # numba's compile time already said in a progress line
         self.kept_previous = False  # the run was interrupted before any test finished: the previous report stays
+        self.put_beside = False  # an interrupted run's partial report went beside the complete one, which stays
+        self.dropped_partial: str | None = None  # why an interrupted run's partial report could not go beside it
+        self.late_interrupt = False  # an interrupt came once the report was in place: the report stands
+        self.deselected: list[str] = []  # node ids that -k or -m (not the shard) left out of the run
+        self.selected: int | None = None  # tests the run set out to run (after -k, -m and the shard)
+        self._shard_deselecting = False
         # why the run was refused: a worker's known-failure entry matching every test, a baseline that compared nothing
         self.refused: str | None = None
         self.named_regressions: set[str] = set()  # record ids that the failures of the tests themselves name
@@ -227,8 +234,29 @@ class ReportSession:
         if self.shard is not None:
             selected, deselected = split(items, self.shard)
             items[:] = selected
-            if deselected:
-                self.config.hook.pytest_deselected(items=deselected)
+            if deselected:  # a shard's share is its settings.shard, not a selection of the run
+                self._shard_deselecting = True
+                try:
+                    self.config.hook.pytest_deselected(items=deselected)
+                finally:
+                    self._shard_deselecting = False
+
+    def pytest_deselected(self, items) -> None:
+        """The tests ``-k`` or ``-m`` left out: a verdict says what it covered."""
+        if not self._shard_deselecting:
+            self.deselected.extend(item.nodeid for item in items)
+
+    def pytest_collection_finish(self, session) -> None:
+        self.selected = len(session.items)
+        if self.is_worker:
+            self.config.workeroutput[SELECTION_KEY] = {"selected": self.selected, "deselected": self.deselected}
+
+    def selection(self) -> dict:
+        """What the run covered (``settings.selection``): the ``-k`` and ``-m`` expressions, how many tests it set out
+        to run and how many the expressions deselected."""
+        option = self.config.option
+        return {"keyword": getattr(option, "keyword", "") or None, "markers": getattr(option, "markexpr", "") or None,
+                "selected": self.selected, "deselected": len(self.deselected)}
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -238,6 +266,9 @@ class ReportSession:
             self.stale = list(output[STALE_KEY])
         if output.get(REFUSED_KEY) and self.refused is None:
             self.refused = output[REFUSED_KEY]
+        if output.get(SELECTION_KEY) and self.selected is None:  # every worker collects the same tests
+            self.selected = output[SELECTION_KEY]["selected"]
+            self.deselected = list(output[SELECTION_KEY]["deselected"])
 
     # ----- reports ------------------------------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: sees the report after the xfail handling
@@ -406,7 +437,7 @@ class ReportSession:
             tests=tests, records=records, exit_status=int(session.exitstatus),
             interrupted=interrupted, shard=self.shard,
             xfail_file=self.xfail_path, baseline=self.baseline_path, stale_xfails=self.stale, regressions=regressions,
-            plots=plot_info,
+            plots=plot_info, selection=self.selection(),
         )
         session.exitstatus = self.results["exit_status"]  # the verdict's: 5 when nothing was judged (record.judge)
         if staging is None:
@@ -415,9 +446,17 @@ class ReportSession:
             if plot_error is not None:
                 raise plot_error
             write_report(staging, self.results)
-            self.kept_previous = self.directory.commit() == "kept"
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the report is written: none of it, the previous one stays
+            way = self.directory.commit()
+            self.kept_previous, self.put_beside = way == "kept", way == "beside"
+            if way == "dropped":
+                self.dropped_partial = self.directory.notes[-1]
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the report is written: what is said is what is on disk
+            placed = self.directory.placed()
             self.directory.discard()
+            self.directory.tidy()
+            if placed is not None:  # the new set was in place when the interrupt came: it is the run's report
+                self.put_beside, self.late_interrupt = placed == "beside", True
+                return
             self.write_error, self.write_exit = "interrupted while the report was written", pytest.ExitCode.INTERRUPTED
             session.exitstatus = pytest.ExitCode.INTERRUPTED
             sys.stderr.write(f"conformance: {self.write_error} to {report_dir}/; the previous report there is "
@@ -430,6 +469,21 @@ class ReportSession:
             sys.stderr.write(f"ERROR: conformance: {self.write_error}; the previous report there is unchanged\n")
             self._fail_case(REPORT_CASE, self.write_error)
 
+    def directory_beside(self) -> Path:
+        """Where an interrupted run's partial report goes beside a complete one (as the user named the directory)."""
+        return Path(str(self.report_dir) + INTERRUPTED_SUFFIX)
+
+    def _as_ended(self) -> dict:
+        """The results as the run ended: where the report could not be written, with the exit status the process
+        ends with (2 for an interrupt, 3 for an error) and the verdict that follows, so that no line contradicts it."""
+        if self.write_error is None:
+            return self.results
+        ended = dict(self.results, exit_status=int(self.write_exit),
+                     interrupted=self.results["interrupted"] or self.write_exit == pytest.ExitCode.INTERRUPTED)
+        judgement = results_record.judgement_of(ended)
+        ended.update(verdict=judgement.verdict, exit_status=judgement.exit_status)
+        return ended
+
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.refused is not None:
             terminalreporter.section("conformance")
@@ -440,7 +494,7 @@ class ReportSession:
             return
         terminalreporter.section("conformance")
         width = render.terminal_width(getattr(terminalreporter._tw, "_file", None))  # where pytest writes
-        text = render.terminal(self.results, detailed=self.config.get_verbosity() > 0,
+        text = render.terminal(self._as_ended(), detailed=self.config.get_verbosity() > 0,
                                width=width).rstrip("\n").splitlines()
         for line in text[:-1]:
             terminalreporter.write_line(line)
@@ -453,10 +507,19 @@ class ReportSession:
         elif self.kept_previous:
             terminalreporter.write_line(f"report: NOT written: the run was interrupted before any test finished; the "
                                         f"previous report in {self.report_dir}/ is unchanged", yellow=True)
+        elif self.dropped_partial is not None:
+            terminalreporter.write_line(f"report: NOT written: {self.dropped_partial}; the complete report in "
+                                        f"{self.report_dir}/ is unchanged", yellow=True)
+        elif self.put_beside:
+            terminalreporter.write_line(f"report: this interrupted run's partial report is in {self.directory_beside()}/;"
+                                        f" the complete report in {self.report_dir}/ is unchanged", yellow=True)
         elif self.report_dir is not None:
             terminalreporter.write_line(f"report: {self.report_dir}/ (results.json, "
                                         f"{', '.join(render.REPORT_FILES)}, plots: {self.results['plots']['status']})")
-        verdict = self.results["verdict"]
+        if self.late_interrupt:
+            terminalreporter.write_line("an interrupt came once the report was in place; the run ends as its report "
+                                        f"says (exit status {self.results['exit_status']})", yellow=True)
+        verdict = self._as_ended()["verdict"]
         if verdict == results_record.NO_VERDICT:
             reasons = "; ".join(results_record.judgement_of(self.results).reasons)
             terminalreporter.write_line(f"{reasons}: no verdict (exit status {results_record.EXIT_NO_VERDICT})",

@@ -13,6 +13,8 @@
   (``details.ratio_ci95``), whether the interval's bound clears the ratio its check names (``f1@0.99xfp32``);
 - each record's id from its fields (:func:`conformance.report.collect.assign_ids`), so that a duplicated record, or a
   record whose id was changed, is found; each record's test and the test's outcome;
+- each record of the suite's tests' ``target``, ``op`` and ``gating`` from the suite's target tables, by the file's
+  tables version (:mod:`conformance.report.tables`): a file of another version is refused as such;
 - each gate waived as a known failure (XFAIL): its test carries a known-failure entry that names the check;
 - the run's verdict and exit status from its tests, records and regressions (:func:`conformance.report.record.judge`,
   the code that computed them when the run was written);
@@ -32,6 +34,7 @@ import math
 import re
 
 from conformance.report import record as results_record
+from conformance.report import tables
 from conformance.report.collect import assign_ids
 from conformance.report.shard import parse_shard
 from conformance.report.xfails import XfailEntry
@@ -246,9 +249,13 @@ def problems(results: dict) -> list[str]:
         why = f" ({'; '.join(judgement.reasons)})" if judgement.reasons else ""
         run.append(f"verdict {results['verdict']} with exit status {results['exit_status']}, but its tests, "
                    f"records and regressions give {judgement.verdict} with exit status {judgement.exit_status}{why}")
+    selection = results["settings"].get("selection")
+    skipped = sum(t["outcome"] == "skipped" for t in tests)
+    if selection and selection.get("skipped") != skipped:
+        run.append(f"settings.selection.skipped is {selection.get('skipped')}, but {skipped} of its tests were skipped")
     if results["interrupted"] and results["exit_status"] != 2:
         run.append(f"interrupted, but exit status {results['exit_status']} (an interrupted run exits 2)")
-    return run + _merge_problems(results) + found
+    return run + _merge_problems(results) + tables.problems(results) + found
 
 
 def describe(source: str, found: list[str]) -> str:

@@ -45,7 +45,7 @@ class XfailEntry:
     bucket: str
     reason: str
     source: str  # "file:line", for messages
-    _pattern: re.Pattern = field(repr=False, compare=False, default=None)
+    _pattern: Wildcard = field(repr=False, compare=False, default=None)
     checks: tuple[str, ...] = ()  # the checks whose failure is known (empty for unsupported entries)
 
     def names_check(self, check: str) -> bool:
@@ -86,8 +86,38 @@ class XfailEntry:
                 "checks": list(self.checks)}
 
 
-def _compile(test_id: str) -> re.Pattern:
-    return re.compile(".*".join(re.escape(part) for part in test_id.split("*")))
+class Wildcard:
+    """A test-id pattern where ``*`` matches any characters and nothing else is special, matched without
+    backtracking: the literal parts between the stars must appear in order, the first at the start and the last at
+    the end, and the leftmost place of each part is always a right one. A run of stars is one star; the time is linear
+    in the lengths of the pattern and the name (one substring search per literal part), whatever the pattern."""
+
+    __slots__ = ("parts", "starred")
+
+    def __init__(self, pattern: str):
+        self.parts = pattern.split("*")
+        self.starred = len(self.parts) > 1
+        if self.starred:  # empty middle parts are runs of stars: collapsed
+            self.parts = [self.parts[0], *(p for p in self.parts[1:-1] if p), self.parts[-1]]
+
+    def fullmatch(self, name: str) -> bool:
+        parts = self.parts
+        if not self.starred:
+            return name == parts[0]
+        head, tail = parts[0], parts[-1]
+        if len(head) + len(tail) > len(name) or not name.startswith(head) or not name.endswith(tail):
+            return False
+        at, end = len(head), len(name) - len(tail)
+        for part in parts[1:-1]:
+            found = name.find(part, at, end)
+            if found < 0:
+                return False
+            at = found + len(part)
+        return True
+
+
+def _compile(test_id: str) -> Wildcard:
+    return Wildcard(test_id)
 
 
 def xfail_file(hardware: str) -> Path:
