@@ -1,0 +1,141 @@
+"""The emulator's roundings and matrix kernels on an array library other than numpy (:mod:`.arrays`), as batched
+array API operations; the numpy functions of :mod:`.formats` and :mod:`.kernels` call these when such a library is
+selected, with the same validated arguments, and they give the same bits.
+
+* Rounding to nearest even: one cast to the library's narrow dtype of the format and back (its cast is RNE, FP8
+  overflow and Inf give NaN), around which the IPU's rules are applied: FP8 values are scaled by 2**-scale first and
+  2**scale after (exact), ``"sat"`` clips the scaled value to +-max before the cast (every finite value beyond the
+  max rounds to it; RNE acts before the overflow test, so this is the same result), FP8 Inf gives NaN, FP16's finite
+  overflow gives +-65504 or NaN, and NaN inputs are returned as they are.
+* Half partials: the products of every block of K are one batched matmul, ``(blocks, batch, M, block) @ (blocks,
+  batch, block, N)``, and the FP16 running sum over the blocks is one compiled pass per group of blocks on the host
+  (numba, the kernel of the numpy path), or the chain of array operations elsewhere. The FP32 sum inside a block is
+  the library's: its order may differ from numpy's BLAS, so results agree bit for bit where block sums are exact and
+  otherwise within the FP32 accumulation bound of a block.
+* conv2d: im2col in the same K order as the numpy path (kernel taps, input channels fastest), so the blocks hold the
+  same products.
+"""
+
+from __future__ import annotations
+
+from conformance.numerics import compiled
+
+# Elements of block products one batched matmul writes (64 MiB of float32): groups of blocks are computed at once.
+_PRODUCT_ELEMENTS = 1 << 24
+
+
+def quantize(library, x, info, scale: int, overflow: str):
+    """RNE of float32 array ``x`` (of ``library``) onto the grid of format ``info`` (a ``formats.FormatInfo``) at
+    ``scale``, float32 result."""
+    xp = library.xp
+    narrow = library.narrow_dtype(info.name)
+    limit = float(info.max_value)
+    if info.has_inf:
+        y = xp.astype(xp.astype(x, narrow), xp.float32)
+        over = xp.isinf(y) & xp.isfinite(x)
+        if overflow == "sat":
+            y = xp.where(over, xp.where(x > 0, xp.asarray(limit, dtype=xp.float32),
+                                        xp.asarray(-limit, dtype=xp.float32)), y)
+        else:
+            y = xp.where(over, xp.asarray(float("nan"), dtype=xp.float32), y)
+        return xp.where(xp.isnan(x), x, y)  # NaN keeps its payload, as on the numpy path
+    s = x * (2.0 ** -scale) if scale else x
+    if overflow == "sat":
+        s = xp.clip(s, -limit, limit)  # finite values beyond the max round to it; NaN stays NaN
+    y = xp.astype(xp.astype(s, narrow), xp.float32)
+    if scale:
+        y = y * (2.0 ** scale)
+    if overflow == "sat":
+        y = xp.where(xp.isinf(x), xp.asarray(float("nan"), dtype=xp.float32), y)  # clip made +-Inf +-max
+    return y
+
+
+_OPS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide"}
+
+
+def round_op(library, op: str, a, b, info, scale: int, overflow: str, round_a: bool):
+    """``quantize(a op b)`` in float32 (``a`` first rounded when ``round_a``)."""
+    xp = library.xp
+    if round_a:
+        a = quantize(library, a, info, scale, overflow)
+    return quantize(library, getattr(xp, _OPS[op])(a, b), info, scale, overflow)
+
+
+def _accumulate(library, acc, products, partials) -> None:
+    """``acc = round_f16(acc + products[j])`` for every j in order, in place: ``acc`` (size,) and ``products``
+    (blocks, size), both contiguous float32 of ``library``; ``partials``: the numpy path's FP16 rounding of the
+    partials (``formats.nearest_rounding("f16", 0, overflow, signed_zero=False)``)."""
+    fused = compiled.jit() if library.on_host and partials.overflow == "sat" else None
+    if fused is not None:  # the numpy path's compiled accumulator, on the same memory
+        compiled.accumulator(fused, partials)(library.to_numpy(acc), library.to_numpy(products))
+        return
+    for j in range(products.shape[0]):  # a GPU, the numpy kernel path or NaN-on-overflow: one pass per block
+        acc[...] = quantize(library, acc + products[j, ...], partials.info, 0, partials.overflow)
+
+
+def matmul_half(library, a, b, block: int, partials):
+    """(B, M, K) @ (B, K, N) float32 arrays of ``library`` with FP16 partials: for every block of K,
+    acc = round_f16(acc + FP32 block sum), ``partials`` the rounding (see :func:`_accumulate`)."""
+    xp = library.xp
+    nbatch, m, k = a.shape
+    n = b.shape[2]
+    acc = xp.zeros((nbatch * m * n,), dtype=xp.float32, device=_device(library, a))
+    if acc.shape[0] == 0 or k == 0:
+        return xp.reshape(acc, (nbatch, m, n))
+    blocks = -(-k // block)
+    if blocks * block != k:  # zero products added to a block sum leave it as it is
+        pad = blocks * block - k
+        a = xp.concat([a, xp.zeros((nbatch, m, pad), dtype=xp.float32, device=_device(library, a))], axis=2)
+        b = xp.concat([b, xp.zeros((nbatch, pad, n), dtype=xp.float32, device=_device(library, b))], axis=1)
+    per_call = max(1, min(blocks, _PRODUCT_ELEMENTS // (nbatch * m * n)))
+    for j0 in range(0, blocks, per_call):  # groups of blocks, each one batched matmul
+        j1 = min(blocks, j0 + per_call)
+        g = j1 - j0
+        a_blocks = xp.permute_dims(xp.reshape(a[:, :, j0 * block:j1 * block], (nbatch, m, g, block)), (2, 0, 1, 3))
+        b_blocks = xp.permute_dims(xp.reshape(b[:, j0 * block:j1 * block, :], (nbatch, g, block, n)), (1, 0, 2, 3))
+        products = xp.reshape(xp.matmul(a_blocks, b_blocks), (g, nbatch * m * n))
+        _accumulate(library, acc, products, partials)
+    return xp.reshape(acc, (nbatch, m, n))
+
+
+def _device(library, x):
+    from array_api_compat import device
+
+    return device(x)
+
+
+def im2col(library, x, kh: int, kw: int, stride, padding, dilation, groups: int):
+    """Columns (G, N*Ho*Wo, kh*kw*Cg) of NCHW ``x``, K over kernel taps with input channels fastest (the numpy path's
+    order), from a channels-last zero-padded copy; one stack of the taps' strided slices."""
+    xp = library.xp
+    n, c, h, wd = x.shape
+    cg = c // groups
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    last = xp.permute_dims(x, (0, 2, 3, 1))
+    if ph or pw:
+        padded = xp.zeros((n, h + 2 * ph, wd + 2 * pw, c), dtype=xp.float32, device=_device(library, x))
+        padded[:, ph:ph + h, pw:pw + wd, :] = last
+    else:
+        padded = last
+    ho = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
+    wo = (wd + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
+    taps = [padded[:, i * dh:i * dh + sh * (ho - 1) + 1:sh, j * dw:j * dw + sw * (wo - 1) + 1:sw, :]
+            for i in range(kh) for j in range(kw)]
+    cols = xp.stack(taps, axis=3)  # (N, Ho, Wo, kh*kw, C)
+    cols = xp.permute_dims(xp.reshape(cols, (n, ho, wo, kh * kw, groups, cg)), (4, 0, 1, 2, 3, 5))
+    return xp.reshape(cols, (groups, n * ho * wo, kh * kw * cg)), ho, wo
+
+
+def conv2d_half(library, x, w, stride, padding, dilation, groups: int, block: int, partials):
+    """NCHW conv2d with FP16 partials (the im2col matmul of :func:`matmul_half`), result rounded to FP16."""
+    xp = library.xp
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    og = o // groups
+    cols, ho, wo = im2col(library, x, kh, kw, stride, padding, dilation, groups)
+    wmat = xp.reshape(xp.permute_dims(xp.reshape(w, (groups, og, cg, kh, kw)), (0, 3, 4, 2, 1)),
+                      (groups, kh * kw * cg, og))
+    y = matmul_half(library, cols, wmat, block, partials)  # (G, N*Ho*Wo, O/G)
+    y = xp.permute_dims(xp.reshape(y, (groups, n, ho, wo, og)), (1, 0, 4, 2, 3))
+    return xp.reshape(y, (n, o, ho, wo))
+
