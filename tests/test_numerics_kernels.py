@@ -10,6 +10,9 @@ import torch
 
 from conformance.numerics import DEFAULT_BLOCK, conv2d, matmul, quantize
 
+# every test runs once per array library (numpy, torch on the CPU, torch on a GPU where there is one)
+pytestmark = pytest.mark.usefixtures("array_library")
+
 U32, U16 = 2.0**-24, 2.0**-11  # unit roundoff of FP32 and FP16
 F16_HALF_SUBNORMAL = 2.0**-25  # largest absolute error of rounding into FP16's subnormal range
 
@@ -229,6 +232,7 @@ def test_bad_input_is_a_clear_error(call, error, words):
         assert word in str(info.value), (word, str(info.value))
 
 
+@pytest.mark.numpy_only  # the numpy path's worker threads
 def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
     """Output tiles are summed on worker threads; the result is the single-thread one, bit for bit."""
     rng = np.random.default_rng(11)
@@ -240,6 +244,7 @@ def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
 
 
+@pytest.mark.numpy_only  # the numpy path's worker threads
 def test_blas_threads_are_restored_whatever_order_threads_leave_the_single_threaded_section(monkeypatch):
     """Two threads in the single-threaded section, the first in leaving first: BLAS is limited once, when the first
     enters, and restored once, when the last leaves (not by the first one out, which would leave the other thread's

@@ -2,11 +2,11 @@
 array API operations; the numpy functions of :mod:`.formats` and :mod:`.kernels` call these when such a library is
 selected, with the same validated arguments, and they give the same bits.
 
-* Rounding to nearest even: one cast to the library's narrow dtype of the format and back (its cast is RNE, FP8
-  overflow and Inf give NaN), around which the IPU's rules are applied: FP8 values are scaled by 2**-scale first and
-  2**scale after (exact), ``"sat"`` clips the scaled value to +-max before the cast (every finite value beyond the
-  max rounds to it; RNE acts before the overflow test, so this is the same result), FP8 Inf gives NaN, FP16's finite
-  overflow gives +-65504 or NaN, and NaN inputs are returned as they are.
+* Rounding to nearest even: one cast to the library's narrow dtype of the format and back (its cast is RNE; FP8
+  overflow and Inf give NaN, FP16 overflow Inf), around which the IPU's rules are applied: FP8 values are scaled by
+  2**-scale first and 2**scale after (exact), ``"sat"`` clips the (scaled) value to +-max before the cast (every
+  finite value beyond the max rounds to it, since RNE acts before the overflow test: the same result), FP8 Inf gives
+  NaN, FP16 keeps +-Inf and its finite overflow gives +-65504 or NaN, and NaN inputs keep their payload.
 * Half partials: the products of every block of K are one batched matmul, ``(blocks, batch, M, block) @ (blocks,
   batch, block, N)``, and the FP16 running sum over the blocks is one compiled pass per group of blocks on the host
   (numba, the kernel of the numpy path), or the chain of array operations elsewhere. The FP32 sum inside a block is
@@ -30,15 +30,14 @@ def quantize(library, x, info, scale: int, overflow: str):
     xp = library.xp
     narrow = library.narrow_dtype(info.name)
     limit = float(info.max_value)
+    nan = xp.asarray(float("nan"), dtype=xp.float32)
     if info.has_inf:
-        y = xp.astype(xp.astype(x, narrow), xp.float32)
-        over = xp.isinf(y) & xp.isfinite(x)
-        if overflow == "sat":
-            y = xp.where(over, xp.where(x > 0, xp.asarray(limit, dtype=xp.float32),
-                                        xp.asarray(-limit, dtype=xp.float32)), y)
+        if overflow == "sat":  # every finite value beyond the max rounds to it
+            y = xp.astype(xp.astype(xp.clip(x, -limit, limit), narrow), xp.float32)
         else:
-            y = xp.where(over, xp.asarray(float("nan"), dtype=xp.float32), y)
-        return xp.where(xp.isnan(x), x, y)  # NaN keeps its payload, as on the numpy path
+            y = xp.astype(xp.astype(x, narrow), xp.float32)
+            y = xp.where(xp.isinf(y), nan, y)  # finite overflow: Inf inputs are kept below
+        return xp.where(xp.isfinite(x), y, x + 0.0)  # +-Inf stays, NaN keeps its payload (quieted, as on numpy)
     s = x * (2.0 ** -scale) if scale else x
     if overflow == "sat":
         s = xp.clip(s, -limit, limit)  # finite values beyond the max round to it; NaN stays NaN
@@ -46,8 +45,9 @@ def quantize(library, x, info, scale: int, overflow: str):
     if scale:
         y = y * (2.0 ** scale)
     if overflow == "sat":
-        y = xp.where(xp.isinf(x), xp.asarray(float("nan"), dtype=xp.float32), y)  # clip made +-Inf +-max
-    return y
+        y = xp.where(xp.isinf(x), nan, y)  # clip made +-Inf +-max
+    # the library's FP8 NaN widens to a signalling NaN: NaN inputs keep theirs (quieted), overflow gives a quiet NaN
+    return xp.where(xp.isnan(y), xp.where(xp.isnan(x), x + 0.0, nan), y)
 
 
 _OPS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide"}
