@@ -118,6 +118,7 @@ class Settings(_Open):
     checkpoints: Optional[dict[str, str]] = Field(None, description="--checkpoint: model -> path")
     datasets: Optional[dict[str, str]] = Field(None, description="--dataset: model -> path")
     calibrations: Optional[dict[str, str]] = Field(None, description="--calibration: model -> path")
+    array: Optional[str] = Field(None, description="--array: the emulator's array library (absent from older files)")
 
 
 class Profile(_Open):
@@ -363,7 +364,7 @@ def _run_settings(settings, backend) -> dict:
             "real_time_loadgen": bool(settings.real_time_loadgen),
             "samples": dict(sorted((settings.samples or {}).items())),
             "checkpoints": paths(settings.checkpoints), "datasets": paths(settings.datasets),
-            "calibrations": paths(settings.calibrations)}
+            "calibrations": paths(settings.calibrations), "array": settings.array}
 
 
 def _json_default(value):
