@@ -74,6 +74,15 @@ class ArrayLibrary:
         torch = self.module
         return {"f16": torch.float16, "f143": torch.float8_e4m3fnuz, "f152": torch.float8_e5m2fnuz}[fmt]
 
+    def extrema(self, x) -> tuple[float, float]:
+        """(min, max) of a float array in one pass; NaN when it holds a NaN, (0, 0) when it is empty."""
+        if self.is_numpy:
+            return (float(np.min(x)), float(np.max(x))) if x.size else (0.0, 0.0)
+        if x.numel() == 0:
+            return 0.0, 0.0
+        low, high = self.module.aminmax(x)
+        return float(low), float(high)
+
     def asarray(self, x: np.ndarray):
         """``x`` on this library's device: a view of the same memory on the host, a copy on a GPU."""
         if self.is_numpy:

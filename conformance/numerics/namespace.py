@@ -30,6 +30,10 @@ def quantize(library, x, info, scale: int, overflow: str):
     xp = library.xp
     narrow = library.narrow_dtype(info.name)
     limit = float(info.max_value)
+    if _within(library, x, limit * 2.0 ** scale):  # no NaN, no Inf, nothing beyond the max: the cast alone
+        if not scale:
+            return xp.astype(xp.astype(x, narrow), xp.float32)
+        return xp.astype(xp.astype(x * (2.0 ** -scale), narrow), xp.float32) * (2.0 ** scale)
     nan = xp.asarray(float("nan"), dtype=xp.float32)
     if info.has_inf:
         if overflow == "sat":  # every finite value beyond the max rounds to it
@@ -48,6 +52,13 @@ def quantize(library, x, info, scale: int, overflow: str):
         y = xp.where(xp.isinf(x), nan, y)  # clip made +-Inf +-max
     # the library's FP8 NaN widens to a signalling NaN: NaN inputs keep theirs (quieted), overflow gives a quiet NaN
     return xp.where(xp.isnan(y), xp.where(xp.isnan(x), x + 0.0, nan), y)
+
+
+def _within(library, x, bound: float) -> bool:
+    """Whether every element of ``x`` lies in [-bound, bound] (False when one is NaN): one pass of the library's
+    min-max reduction (an empty array: True)."""
+    low, high = library.extrema(x)
+    return -bound <= low and high <= bound
 
 
 _OPS = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "divide"}
