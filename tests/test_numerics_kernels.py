@@ -288,3 +288,28 @@ def test_blas_threads_are_restored_whatever_order_threads_leave_the_single_threa
         t.join(20)
     assert seen == [[("limit", 1, "blas")]]
     assert calls == [("limit", 1, "blas"), "restore"]
+
+
+@pytest.mark.numpy_only  # calls the other library's kernels directly
+@pytest.mark.parametrize("overflow", ["sat", "nan"])
+def test_half_partials_per_block_fallback_equals_the_compiled_accumulator(overflow):
+    """Where the compiled accumulator cannot run (a GPU, the numpy kernel path, NaN-on-overflow), the other library
+    rounds the running sum in one array pass per block: the same bits as the compiled accumulator."""
+    from conformance.numerics import arrays, compiled, namespace
+    from conformance.numerics.formats import nearest_rounding
+
+    try:
+        library = arrays.load("torch:cpu")
+    except arrays.ArrayLibraryError as exc:
+        pytest.skip(str(exc))
+    rng = np.random.default_rng(5)
+    a, b = grid(rng, (3, 40, 300), "f143", spread=40.0), grid(rng, (3, 300, 50), "f143", spread=40.0)
+    partials = nearest_rounding("f16", 0, overflow, signed_zero=False)
+    compiled_result = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
+                                                             partials))
+    with compiled.kernel_path("numpy"):
+        per_block = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
+                                                           partials))
+    expected = matmul(a, b, operand_format="f143", overflow=overflow)  # numpy: saturates or overflows the same
+    assert np.array_equal(per_block, compiled_result, equal_nan=True)
+    assert np.array_equal(per_block, expected, equal_nan=True)
