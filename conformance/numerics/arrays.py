@@ -99,6 +99,8 @@ class ArrayLibrary:
         """An array of this library as a numpy array (the same memory on the host)."""
         if self.is_numpy:
             return np.asarray(y)
+        if self.on_host and y.is_contiguous():
+            return y.numpy()
         return y.detach().contiguous().cpu().numpy()
 
     def conv2d_fp32(self, x, w, stride, padding, dilation, groups: int):
