@@ -66,3 +66,39 @@ def test_torch_cpu_gives_the_numpy_runs_decisions_and_verdicts(tmp_path, models)
         details = {k: v for k, v in record["details"].items() if k not in HOST_FACTS}
         other_details = {k: v for k, v in other["details"].items() if k not in HOST_FACTS}
         assert sorted(details) == sorted(other_details), key
+
+
+@pytest.mark.parametrize("spec, expected", [("numpy", "numpy"), ("torch", "torch:cpu"), ("torch:cpu", "torch:cpu"),
+                                            ("torch:cuda", "torch:cuda"), ("torch:cuda:1", "torch:cuda:1")])
+def test_a_library_is_named_name_colon_device(spec, expected):
+    assert arrays.parse(spec).spec == expected
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("cupy", "unknown array library 'cupy'"), ("", "unknown array library ''"), ("torch:gpu", "unknown torch device"),
+    ("torch:cuda:x", "unknown torch device 'cuda:x'"), ("numpy:cpu", "numpy runs on the host only"),
+])
+def test_a_bad_library_name_says_what_is_expected(spec, says):
+    with pytest.raises(arrays.ArrayLibraryError, match=says):
+        arrays.parse(spec)
+
+
+def test_the_choice_holds_in_a_block_and_is_restored():
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from conformance.numerics import matmul, quantize
+
+    assert arrays.active().spec == "numpy"
+    with arrays.use("torch:cpu") as library:
+        assert arrays.active() is library
+        with arrays.use("numpy"):
+            assert arrays.active().is_numpy
+        assert arrays.active() is library
+        x = np.linspace(-300, 300, 1001, dtype=np.float32)
+        y = quantize(x, "f143", scale=1)
+        product = matmul(y[None, :16], y[:16, None], operand_format="f143")
+        assert isinstance(y, np.ndarray) and isinstance(product, np.ndarray)  # numpy in, numpy out
+    assert arrays.active().spec == "numpy"
+    assert np.array_equal(quantize(x, "f143", scale=1), y)
+    assert np.array_equal(matmul(y[None, :16], y[:16, None], operand_format="f143"), product)

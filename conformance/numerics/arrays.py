@@ -14,6 +14,7 @@ cast through, the FP32 convolution, and the moves between numpy and the library'
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import re
 import threading
@@ -55,11 +56,11 @@ class ArrayLibrary:
         return self.device in (None, "cpu")
 
     # -- what the standard does not say, per library ----------------------------------------------------------------
-    @property
+    @functools.cached_property
     def module(self):
         return importlib.import_module(self.name)
 
-    @property
+    @functools.cached_property
     def xp(self):
         """The array API namespace (array-api-compat's wrapper of the library)."""
         if self.is_numpy:
