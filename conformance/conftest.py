@@ -63,7 +63,7 @@ def model_store(user_cases, pytestconfig) -> ModelStore:
 
 
 @pytest.fixture
-def record_check(request, settings):
+def record_check(request):
     """Record one gated figure of the current test: ``record_check(kind=..., model=..., precision=..., check=...,
     value=..., target=..., op=">=", units=..., scenario=None, gating=True, details={})``. Returns the CheckRecord;
     ``passed`` is computed from value, op and target. Every field is stored as plain JSON values (numpy numbers as
@@ -71,7 +71,8 @@ def record_check(request, settings):
 
     def record(**fields) -> CheckRecord:
         fields.setdefault("passed", compare(fields.get("value"), fields["op"], fields["target"]))
-        fields["details"] = {**(fields.get("details") or {}), "array": settings.array}  # what computed the figure
+        array = session.run_settings(request.config).array  # the array library that computed the figure
+        fields["details"] = {**(fields.get("details") or {}), "array": array}
         fields = {key: plain(value, f"record_check {key}") for key, value in fields.items()}
         rec = CheckRecord(test_id=request.node.nodeid, **fields)
         request.node.user_properties.append((RECORD_KEY, rec.to_dict()))

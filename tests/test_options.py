@@ -87,6 +87,8 @@ BAD_OPTIONS = [
     ("array-numpy-device", ["--array", "numpy:cuda"], {}, "*argument --array: numpy runs on the host only*"),
     ("array-with-workers", ["--workers", "2", "--array", "torch:cpu"], {},
      "*--array torch:cpu runs the emulator in the test's process; it does not go with --workers 2*"),
+    ("array-with-numpy-kernels", ["--array", "torch:cpu"], {"CONFORMANCE_KERNELS": "numpy"},
+     "*--array torch:cpu and CONFORMANCE_KERNELS=numpy: the numpy kernel path (the oracle) computes on numpy*"),
     ("workers-cache-dir-file", ["--workers", "2", "--cache-dir", "binary.txt"], {},
      "*--cache-dir: cache directory *binary.txt* is not a directory*"),
 ]

@@ -393,6 +393,9 @@ def check_array(spec: str, settled: Settled) -> str:
         raise SettingsError(f"--array {spec}: {exc}") from None
     engine = ("--workers", settled.fields["workers"]) if settled.fields["workers"] is not None else (
         ("--cluster", settled.fields["cluster"]) if settled.fields["cluster"] is not None else None)
+    if not library.is_numpy and configured_path() == "numpy":
+        raise SettingsError(f"--array {library.spec} and {KERNELS_VARIABLE}=numpy: the numpy kernel path (the oracle) "
+                            "computes on numpy; unset the variable or leave --array out")
     if not library.is_numpy and engine is not None:
         raise SettingsError(f"--array {library.spec} runs the emulator in the test's process; it does not go with "
                             f"{engine[0]} {engine[1]} (workers compute on numpy)")
