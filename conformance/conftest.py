@@ -71,6 +71,8 @@ def record_check(request):
 
     def record(**fields) -> CheckRecord:
         fields.setdefault("passed", compare(fields.get("value"), fields["op"], fields["target"]))
+        array = session.run_settings(request.config).array  # the array library that computed the figure
+        fields["details"] = {**(fields.get("details") or {}), "array": array}
         fields = {key: plain(value, f"record_check {key}") for key, value in fields.items()}
         rec = CheckRecord(test_id=request.node.nodeid, **fields)
         request.node.user_properties.append((RECORD_KEY, rec.to_dict()))

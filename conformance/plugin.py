@@ -9,6 +9,7 @@ import pytest
 
 from conformance.accuracy import reference
 from conformance.datasets.user import UserInputError, load_cases
+from conformance.numerics import arrays
 from conformance.perf.interrupts import terminate_as_interrupt
 from conformance.report.session import ReportSession
 from conformance.settings import OPTIONS, SettingsError, settle
@@ -38,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _configure(config: pytest.Config) -> None:
     settings = settle(config.getoption)
+    arrays.select(settings.array)  # the emulator's numerics compute on it from here on
     check_engine(settings, config.getoption("numprocesses", None))  # pytest-xdist's -n, when it is installed
     check_runnable(settings)
     # the user's checkpoints and data are read and checked before any test runs

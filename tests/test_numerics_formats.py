@@ -13,6 +13,9 @@ from gfloat.types import Domain, Signedness
 from conformance.numerics import decode, encode, format_info, quantize, round_inplace
 from conformance.numerics.formats import round_op
 
+# every test runs once per array library (numpy, torch on the CPU, torch on a GPU where there is one)
+pytestmark = pytest.mark.usefixtures("array_library")
+
 FP8 = {
     "f143": (ml_dtypes.float8_e4m3fnuz, format_info_p3109(8, 4, Signedness.Signed, Domain.Finite)),
     "f152": (ml_dtypes.float8_e5m2fnuz, format_info_p3109(8, 3, Signedness.Signed, Domain.Finite)),
@@ -333,6 +336,7 @@ def test_shapes_and_scalars_are_kept():
         round_inplace(x, "f16")
 
 
+@pytest.mark.numpy_only  # the numpy path's worker threads
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 def test_threaded_rounding_equals_one_thread(monkeypatch, threads):
     """Arrays over a million elements are rounded in parts on worker threads: every part boundary, thread count and
@@ -354,6 +358,7 @@ def test_threaded_rounding_equals_one_thread(monkeypatch, threads):
     assert same(y, expected["f16"])
 
 
+@pytest.mark.numpy_only  # the numpy path's worker threads
 def test_bad_thread_count_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CONFORMANCE_THREADS", "two")
     with pytest.raises(ValueError, match="CONFORMANCE_THREADS must be a positive integer, got 'two'"):

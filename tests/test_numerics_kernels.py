@@ -10,6 +10,9 @@ import torch
 
 from conformance.numerics import DEFAULT_BLOCK, conv2d, matmul, quantize
 
+# every test runs once per array library (numpy, torch on the CPU, torch on a GPU where there is one)
+pytestmark = pytest.mark.usefixtures("array_library")
+
 U32, U16 = 2.0**-24, 2.0**-11  # unit roundoff of FP32 and FP16
 F16_HALF_SUBNORMAL = 2.0**-25  # largest absolute error of rounding into FP16's subnormal range
 
@@ -229,6 +232,7 @@ def test_bad_input_is_a_clear_error(call, error, words):
         assert word in str(info.value), (word, str(info.value))
 
 
+@pytest.mark.numpy_only  # the numpy path's worker threads
 def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
     """Output tiles are summed on worker threads; the result is the single-thread one, bit for bit."""
     rng = np.random.default_rng(11)
@@ -240,6 +244,7 @@ def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
 
 
+@pytest.mark.numpy_only  # the numpy path's worker threads
 def test_blas_threads_are_restored_whatever_order_threads_leave_the_single_threaded_section(monkeypatch):
     """Two threads in the single-threaded section, the first in leaving first: BLAS is limited once, when the first
     enters, and restored once, when the last leaves (not by the first one out, which would leave the other thread's
@@ -283,3 +288,28 @@ def test_blas_threads_are_restored_whatever_order_threads_leave_the_single_threa
         t.join(20)
     assert seen == [[("limit", 1, "blas")]]
     assert calls == [("limit", 1, "blas"), "restore"]
+
+
+@pytest.mark.numpy_only  # calls the other library's kernels directly
+@pytest.mark.parametrize("overflow", ["sat", "nan"])
+def test_half_partials_per_block_fallback_equals_the_compiled_accumulator(overflow):
+    """Where the compiled accumulator cannot run (a GPU, the numpy kernel path, NaN-on-overflow), the other library
+    rounds the running sum in one array pass per block: the same bits as the compiled accumulator."""
+    from conformance.numerics import arrays, compiled, namespace
+    from conformance.numerics.formats import nearest_rounding
+
+    try:
+        library = arrays.load("torch:cpu")
+    except arrays.ArrayLibraryError as exc:
+        pytest.skip(str(exc))
+    rng = np.random.default_rng(5)
+    a, b = grid(rng, (3, 40, 300), "f143", spread=40.0), grid(rng, (3, 300, 50), "f143", spread=40.0)
+    partials = nearest_rounding("f16", 0, overflow, signed_zero=False)
+    compiled_result = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
+                                                             partials))
+    with compiled.kernel_path("numpy"):
+        per_block = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
+                                                           partials))
+    expected = matmul(a, b, operand_format="f143", overflow=overflow)  # numpy: saturates or overflows the same
+    assert np.array_equal(per_block, compiled_result, equal_nan=True)
+    assert np.array_equal(per_block, expected, equal_nan=True)

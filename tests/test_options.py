@@ -4,10 +4,16 @@ option (or environment variable) and the value, and no test body runs."""
 from __future__ import annotations
 
 import socket
+import sys
 
 import pytest
 
 from conformance.distributed import cluster, make_engine
+
+try:  # imported before pytester's in-process runs, which would otherwise unload it between runs (it loads once)
+    import torch
+except ImportError:
+    torch = None
 from models import MODEL_NAMES
 
 SUITE = """
@@ -76,6 +82,13 @@ BAD_OPTIONS = [
     ("workers-and-xdist", ["--workers", "2", "-n", "2"], {}, "*--workers 2 and pytest-xdist's -n 2: give one of them*"),
     ("cluster-and-xdist", ["--cluster", "127.0.0.1:8786", "-n", "2"], {},
      "*--cluster tcp://127.0.0.1:8786 and pytest-xdist's -n 2: give one of them*"),
+    ("array-unknown", ["--array", "jax"], {}, "*argument --array: unknown array library 'jax'*expected one of: numpy, torch*"),
+    ("array-device-unknown", ["--array", "torch:tpu"], {}, "*argument --array: unknown torch device 'tpu'*"),
+    ("array-numpy-device", ["--array", "numpy:cuda"], {}, "*argument --array: numpy runs on the host only*"),
+    ("array-with-workers", ["--workers", "2", "--array", "torch:cpu"], {},
+     "*--array torch:cpu runs the emulator in the test's process; it does not go with --workers 2*"),
+    ("array-with-numpy-kernels", ["--array", "torch:cpu"], {"CONFORMANCE_KERNELS": "numpy"},
+     "*--array torch:cpu and CONFORMANCE_KERNELS=numpy: the numpy kernel path (the oracle) computes on numpy*"),
     ("workers-cache-dir-file", ["--workers", "2", "--cache-dir", "binary.txt"], {},
      "*--cache-dir: cache directory *binary.txt* is not a directory*"),
 ]
@@ -113,6 +126,28 @@ def test_a_cluster_whose_workers_run_other_sources_is_a_usage_error_before_any_t
     assert not (suite.path / "ran").exists()
 
 
+def test_an_array_device_that_is_not_there_is_a_usage_error_before_any_test(suite):
+    if torch is None:
+        pytest.skip("torch is not installed")
+    if torch.cuda.is_available():
+        device, says = f"cuda:{torch.cuda.device_count()}", "does not exist"
+    else:
+        device, says = "cuda", "no CUDA device is available to torch"
+    result = suite.runpytest("--array", f"torch:{device}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--array torch:{device}: array library torch:{device}: {says}*"])
+    assert not (suite.path / "ran").exists()
+
+
+def test_a_missing_array_package_is_a_usage_error_naming_it(suite, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails as where it is not installed
+    result = suite.runpytest("--array", "torch:cpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--array torch:cpu: array library torch:cpu needs torch, which cannot be imported*"
+                                 "pip install 'ipu-conformance[[]torch[]]'*"])
+    assert not (suite.path / "ran").exists()
+
+
 def test_empty_model_message_lists_the_models(suite):
     result = suite.runpytest("--model", "")
     assert all(name in result.stderr.str() for name in MODEL_NAMES)
@@ -125,7 +160,9 @@ def test_empty_model_message_lists_the_models(suite):
     ([], {"CONFORMANCE_THREADS": "12"}),
     ([], {"CONFORMANCE_THREADS": ""}),  # empty: as if unset
     (["--xfail-file", "empty.txt"], {}),
-], ids=["models-distinct", "models-spaced", "threads-1", "threads-12", "threads-empty", "xfail-file-empty"])
+    (["--array", "torch:cpu"], {}),
+], ids=["models-distinct", "models-spaced", "threads-1", "threads-12", "threads-empty", "xfail-file-empty",
+        "array-torch-cpu"])
 def test_good_options_run(suite, monkeypatch, args, env):
     for name, value in env.items():
         monkeypatch.setenv(name, value)

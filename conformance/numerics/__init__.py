@@ -13,10 +13,12 @@ Public API::
     conv_weight_matrix(w, groups=1)                                              -> w laid out for conv2d's half partials
     round_op(op, a, b, fmt="f16", *, scale=0, overflow="sat", out=None)         -> quantize(a op b), one fused pass
     kernel_path("numpy" | "numba")                                              -> context manager: which kernels run
+    arrays.use("numpy" | "torch:cpu" | "torch:cuda")                            -> context manager: which array library
 
 ``fmt`` is one of ``FORMAT_NAMES`` = ("f16", "f143", "f152"); values are d = q * 2**scale (FP8 only).
 """
 
+from conformance.numerics import arrays
 from conformance.numerics.compiled import KERNEL_PATHS, active_path, kernel_path
 from conformance.numerics.formats import (
     FORMAT_NAMES,
@@ -43,6 +45,7 @@ __all__ = [
     "SCALE_RANGE",
     "FormatInfo",
     "active_path",
+    "arrays",
     "conv2d",
     "conv_weight_matrix",
     "decode",

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from boundedio import MAX_DIGITS, ascii_integer
-from conformance.numerics import compiled
+from conformance.numerics import arrays, compiled, namespace
 
 FORMAT_NAMES = ("f16", "f143", "f152")
 OVERFLOW_MODES = ("sat", "nan")
@@ -124,6 +124,13 @@ def check_rng(rounding: str, rng):
             f"rounding='stochastic' needs rng=a numpy Generator (np.random.default_rng(seed)), got {type(rng).__name__}"
         )
     return rng
+
+
+def other_library():
+    """The array library the roundings and kernels run on (:mod:`.arrays`), or None for numpy: numpy's kernel path
+    (``kernel_path("numpy")``, the oracle) runs on numpy whatever library is selected."""
+    library = arrays.active()
+    return None if library.is_numpy or compiled.active_path() == "numpy" else library
 
 
 def _as_float_array(x, what: str = "x") -> np.ndarray:
@@ -400,6 +407,10 @@ def quantize(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: st
     arr = _as_float_array(x)
     if rounding == "stochastic":
         return _round_stochastic(arr, info, scale, overflow, rng)
+    library = other_library()
+    if library is not None and arr.dtype != np.float64:  # float64 is rounded once, on numpy
+        return library.to_numpy(namespace.quantize(library, library.asarray(np.asarray(arr, np.float32)), info, scale,
+                                                   overflow))
     if arr.dtype == np.float64:
         work = np.asarray(arr, order="C")
         rounded = np.empty_like(work)
@@ -422,8 +433,11 @@ def round_inplace(y: np.ndarray, fmt: str, *, scale: int = 0, overflow: str = "s
     if not isinstance(y, np.ndarray) or y.dtype != np.float32 or not y.flags.c_contiguous or not y.flags.writeable:
         raise TypeError(f"round_inplace needs a writeable C-contiguous float32 numpy array, got {type(y).__name__}"
                         f" {getattr(y, 'dtype', '')}")
+    library = other_library()
     if rounding == "stochastic":
         y[...] = _round_stochastic(y, info, scale, overflow, rng)
+    elif library is not None:
+        y[...] = library.to_numpy(namespace.quantize(library, library.asarray(y), info, scale, overflow))
     else:
         _round_nearest_into(y, y, info, scale, overflow)
     return y
@@ -472,6 +486,15 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
                             or not out.flags.writeable or out.shape != shape):
         raise TypeError(f"round_op out must be a writeable C-contiguous float32 array of shape {shape}, got "
                         f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}")
+    library = other_library()
+    if library is not None and a.dtype != np.float64 and b.dtype != np.float64:
+        y = library.to_numpy(namespace.round_op(library, op, library.asarray(a.astype(np.float32, copy=False)),
+                                                library.asarray(b.astype(np.float32, copy=False)), info, scale,
+                                                overflow, round_a))
+        if out is None:
+            return y
+        out[...] = y
+        return out
     kernels = compiled.jit()
     split = None
     overlap = out is not None and ((out is not a and np.shares_memory(out, a)) or np.shares_memory(out, b))

@@ -30,7 +30,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from threadpoolctl import ThreadpoolController
 
-from conformance.numerics import compiled
+from conformance.numerics import compiled, namespace
 from conformance.numerics.formats import (
     COMPILED_GRAIN,
     FORMAT_NAMES,
@@ -40,6 +40,7 @@ from conformance.numerics.formats import (
     check_choice,
     check_rng,
     nearest_rounding,
+    other_library,
     round_inplace,
     run_split,
     worker_pool,
@@ -333,6 +334,12 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     except ValueError:
         raise ValueError(f"matmul: batch axes of a {a.shape} and b {b.shape} do not broadcast") from None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    library = other_library() if rounding == "nearest" else None
+    if library is not None and partials == "float":
+        y = library.to_numpy(library.xp.matmul(library.asarray(a), library.asarray(b)))
+        if out_format == "f16":
+            round_inplace(y, "f16", overflow=overflow)
+        return y
     if partials == "float":
         y = np.matmul(a, b)
         if out_format == "f16":
@@ -341,6 +348,10 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     nbatch = int(np.prod(batch, dtype=np.int64))
     a3 = np.broadcast_to(a, batch + (m, k)).reshape(nbatch, m, k)
     b3 = np.broadcast_to(b, batch + (k, n)).reshape(nbatch, k, n)
+    if library is not None:
+        y = namespace.matmul_half(library, library.asarray(a3), library.asarray(b3), block,
+                                  nearest_rounding("f16", 0, overflow, signed_zero=False))
+        return library.to_numpy(y).reshape(batch + (m, n))
     return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
 
 
@@ -407,6 +418,16 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
     for axis, size, k in ((0, h, kh), (1, wd, kw)):
         if size + 2 * padding[axis] < dilation[axis] * (k - 1) + 1:
             raise ValueError(f"conv2d: kernel {kh}x{kw} (dilation {dilation}) is larger than the padded input {h}x{wd}")
+    library = other_library() if rounding == "nearest" else None
+    if library is not None:
+        xl, wl = library.asarray(x), library.asarray(w)
+        if partials == "float":  # the library's FP32 convolution: within the same bound
+            y = library.to_numpy(library.conv2d_fp32(xl, wl, stride, padding, dilation, groups))
+            if out_format == "f16":
+                round_inplace(y, "f16", overflow=overflow)
+            return y
+        return library.to_numpy(namespace.conv2d_half(library, xl, wl, stride, padding, dilation, groups, block,
+                                                      nearest_rounding("f16", 0, overflow, signed_zero=False)))
     if partials == "float":  # any FP32 summation order is within the same error bound: the fast FP32 layout
         y = conv2d_fp32(x, w, stride, padding, dilation, groups)
         if out_format == "f16":

@@ -131,6 +131,7 @@ class Settings(_Open):
                                   description="SHA-256 of the target tables the run was judged with (absent in older files)")
     selection: Optional[Selection] = Field(None, description="what the run covered: -k, -m and the tests they left out "
                                            "(absent in older files)")
+    array: Optional[str] = Field(None, description="--array: the emulator's array library (absent from older files)")
 
 
 class Profile(_Open):
@@ -380,7 +381,8 @@ def _run_settings(settings, backend) -> dict:
             "real_time_loadgen": bool(settings.real_time_loadgen),
             "samples": dict(sorted((settings.samples or {}).items())),
             "checkpoints": paths(settings.checkpoints), "datasets": paths(settings.datasets),
-            "calibrations": paths(settings.calibrations), "tables": tables.tables_version()}
+            "calibrations": paths(settings.calibrations), "tables": tables.tables_version(),
+            "array": settings.array}
 
 
 def _json_default(value):

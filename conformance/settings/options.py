@@ -23,6 +23,7 @@ from boundedio import InputFileError, ascii_integer, read_text
 from conformance.datasets.cache import CACHE_VARIABLE, CacheError, check_writable, default_directory
 from conformance.distributed import EngineError, check_address
 from conformance.hardware import Backend, get_backend, hardware_names
+from conformance.numerics import arrays
 from conformance.numerics.compiled import KERNEL_PATHS, KERNELS_VARIABLE, configured_path
 from conformance.numerics.formats import THREADS_VARIABLE, worker_threads
 from conformance.report import xfails
@@ -163,6 +164,15 @@ def parse_cluster(value: str) -> str:
         return check_address(value)
     except EngineError as exc:  # argparse names the option
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--cluster ")) from None
+
+
+def parse_array(value: str) -> str:
+    """``--array NAME[:DEVICE]``: a known library and a device of its form (``torch`` is ``torch:cpu``); whether it
+    is installed and the device present is its check's."""
+    try:
+        return arrays.parse(value).spec
+    except arrays.ArrayLibraryError as exc:  # argparse names the option
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_chip(value: str) -> str:
@@ -375,6 +385,24 @@ def check_cluster(address: str | None, settled: Settled) -> str | None:
     return address
 
 
+def check_array(spec: str, settled: Settled) -> str:
+    """``--array``: a known library whose package imports and whose device is present; the accuracy batches then
+    run in the test's process (the workers' cache of batches is numpy's)."""
+    try:
+        library = arrays.load(spec)
+    except arrays.ArrayLibraryError as exc:
+        raise SettingsError(f"--array {spec}: {exc}") from None
+    engine = ("--workers", settled.fields["workers"]) if settled.fields["workers"] is not None else (
+        ("--cluster", settled.fields["cluster"]) if settled.fields["cluster"] is not None else None)
+    if not library.is_numpy and configured_path() == "numpy":
+        raise SettingsError(f"--array {library.spec} and {KERNELS_VARIABLE}=numpy: the numpy kernel path (the oracle) "
+                            "computes on numpy; unset the variable or leave --array out")
+    if not library.is_numpy and engine is not None:
+        raise SettingsError(f"--array {library.spec} runs the emulator in the test's process; it does not go with "
+                            f"{engine[0]} {engine[1]} (workers compute on numpy)")
+    return library.spec
+
+
 def check_cache_dir(given: Path | None, settled: Settled) -> Path | None:
     """``--cache-dir`` or the platform's cache directory, created and writable, when a user's checkpoint, data set
     or calibration data is judged (their FP32 outputs are cached) or the accuracy batches run on workers (each
@@ -505,6 +533,9 @@ OPTIONS: tuple[Option, ...] = (
            "([tcp://]HOST:PORT; its workers run this version of the suite), each computed batch kept in the cache "
            "directory; not with --workers or -n (default: in the test's process)", check_cluster, parse=parse_cluster,
            metavar="ADDRESS"),
+    Option("--array", "the array library and device the emulator's roundings and matrix kernels compute on: numpy, "
+           "torch:cpu or torch:cuda[:N] (the torch extra); the same bits except the order of FP32 sums (default: "
+           "%(default)s)", check_array, parse=parse_array, default=arrays.DEFAULT, metavar="NAME[:DEVICE]"),
     Option("--cache-dir", "where FP32 outputs of your checkpoints and data, and with --workers or --cluster the "
            "accuracy batches, are cached (default: the platform's user "
            f"cache directory, e.g. ~/.cache/ipu-conformance, or ${CACHE_VARIABLE})", check_cache_dir,

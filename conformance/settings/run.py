@@ -38,6 +38,7 @@ class RunSettings:
     published_report_dir: Path | None = None  # where the report is published: report_dir is its staging directory
     cases: tuple[str, ...] = ()  # --model: the extra cases beside the six models that run (minilm)
     allow_unused_weights: bool = False  # --allow-unused-weights
+    array: str = "numpy"  # --array: the array library (and device) of the emulator's numerics
     onnx: dict[str, "GraphCase"] = field(default_factory=dict)  # --onnx NAME=FILE.onnx, each graph loaded and checked
     # the run's backend: made here when not given; dataclasses.replace carries it to the copy, so a run has one
     backend: Backend | None = field(default=None, compare=False, repr=False)

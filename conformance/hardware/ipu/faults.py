@@ -135,6 +135,7 @@ class Fault:
             injection = Injection(self, self.unit)
             patches = _Patches()
             with contextlib.ExitStack() as stack:
+                stack.enter_context(numerics.arrays.use("numpy"))  # the faults patch the numpy emulator
                 if self.numpy_path:
                     stack.enter_context(numerics.kernel_path("numpy"))
                 stack.callback(patches.restore)

@@ -1,0 +1,190 @@
+"""Which array library the emulator's heavy numerics run on, and on which device: ``numpy`` (the default and the
+reference) or a library of the Python array API standard reached through array-api-compat.
+
+A library is named ``NAME[:DEVICE]``: ``numpy``, ``torch:cpu``, ``torch:cuda``, ``torch:cuda:1`` (``torch`` alone is
+``torch:cpu``). :func:`load` checks that the library imports and the device exists, and says what is missing;
+:func:`select` makes one the process's choice and :func:`use` switches for a ``with`` block (every thread sees it).
+The numerics' public functions take and return numpy arrays whatever the choice: on another library they move their
+operands onto it, compute there (:mod:`conformance.numerics.namespace`) and bring the result back.
+
+What the array API standard does not cover is here, per library, and nowhere else: the narrow dtypes the roundings
+cast through, the FP32 convolution, and the moves between numpy and the library's device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import re
+import threading
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT = "numpy"
+LIBRARIES = ("numpy", "torch")
+# the extra a library is installed by (pip install "ipu-conformance[NAME]")
+EXTRAS = {"torch": "torch"}
+_DEVICE = re.compile(r"^(cpu|cuda(:[0-9]{1,3})?)$")
+
+
+class ArrayLibraryError(ValueError):
+    """An array library or device that is not known, not installed or not present."""
+
+
+@dataclass(frozen=True)
+class ArrayLibrary:
+    """One array library on one device (``device`` None for numpy)."""
+
+    name: str
+    device: str | None = None
+
+    @property
+    def spec(self) -> str:
+        """The name it is selected and recorded by: ``numpy``, ``torch:cpu``, ``torch:cuda:0``."""
+        return self.name if self.device is None else f"{self.name}:{self.device}"
+
+    @property
+    def is_numpy(self) -> bool:
+        return self.name == "numpy"
+
+    @property
+    def on_host(self) -> bool:
+        """Whether its arrays live in host memory (numpy can then view them without a copy)."""
+        return self.device in (None, "cpu")
+
+    # -- what the standard does not say, per library ----------------------------------------------------------------
+    @functools.cached_property
+    def module(self):
+        return importlib.import_module(self.name)
+
+    @functools.cached_property
+    def xp(self):
+        """The array API namespace (array-api-compat's wrapper of the library)."""
+        if self.is_numpy:
+            return np
+        from array_api_compat import array_namespace
+
+        return array_namespace(self.asarray(np.zeros(1, np.float32)))
+
+    def narrow_dtype(self, fmt: str):
+        """The library's dtype whose values are those of format ``fmt`` ("f16", "f143", "f152"), and whose cast from
+        float32 rounds to nearest even (with FP8 overflow and Inf to NaN): the rounding kernels cast through it."""
+        torch = self.module
+        return {"f16": torch.float16, "f143": torch.float8_e4m3fnuz, "f152": torch.float8_e5m2fnuz}[fmt]
+
+    def extrema(self, x) -> tuple[float, float]:
+        """(min, max) of a float array in one pass; NaN when it holds a NaN, (0, 0) when it is empty."""
+        if self.is_numpy:
+            return (float(np.min(x)), float(np.max(x))) if x.size else (0.0, 0.0)
+        if x.numel() == 0:
+            return 0.0, 0.0
+        low, high = self.module.aminmax(x)
+        return float(low), float(high)
+
+    def asarray(self, x: np.ndarray):
+        """``x`` on this library's device: a view of the same memory on the host, a copy on a GPU."""
+        if self.is_numpy:
+            return np.asarray(x)
+        torch = self.module
+        x = np.asarray(x)
+        with warnings.catch_warnings():  # read-only arrays (weights, tables): never written through the view
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(x) if x.dtype.kind in "fiub" and all(s >= 0 for s in x.strides) else torch.as_tensor(
+                np.ascontiguousarray(x))
+        return t if self.on_host else t.to(self.device)
+
+    def to_numpy(self, y) -> np.ndarray:
+        """An array of this library as a numpy array (the same memory on the host)."""
+        if self.is_numpy:
+            return np.asarray(y)
+        if self.on_host and y.is_contiguous():
+            return y.numpy()
+        return y.detach().contiguous().cpu().numpy()
+
+    def conv2d_fp32(self, x, w, stride, padding, dilation, groups: int):
+        """The library's own FP32 NCHW convolution (float partials: any FP32 summation order is within the bound)."""
+        return self.module.nn.functional.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+NUMPY = ArrayLibrary("numpy")
+
+
+def parse(spec: str) -> ArrayLibrary:
+    """The library ``spec`` names (``NAME[:DEVICE]``), checked for form only; ArrayLibraryError naming what is wrong."""
+    if not isinstance(spec, str):
+        raise ArrayLibraryError(f"array library must be a string NAME[:DEVICE], got {type(spec).__name__}")
+    name, _, device = spec.strip().partition(":")
+    if name not in LIBRARIES:
+        raise ArrayLibraryError(f"unknown array library {name!r} in {spec!r}; expected one of: {', '.join(LIBRARIES)} "
+                                "(with :DEVICE for torch, e.g. torch:cpu, torch:cuda)")
+    if name == "numpy":
+        if device:
+            raise ArrayLibraryError(f"numpy runs on the host only; got device {device!r} in {spec!r}")
+        return NUMPY
+    device = device or "cpu"
+    if not _DEVICE.match(device):
+        raise ArrayLibraryError(f"unknown {name} device {device!r} in {spec!r}; expected cpu, cuda or cuda:N")
+    return ArrayLibrary(name, device)
+
+
+def load(spec: str) -> ArrayLibrary:
+    """:func:`parse`, then check that the library and array-api-compat import and that the device is present."""
+    library = parse(spec)
+    if library.is_numpy:
+        return library
+    for module in (library.name, "array_api_compat"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ArrayLibraryError(
+                f"array library {library.spec} needs {module}, which cannot be imported ({exc}); install it with "
+                f"pip install 'ipu-conformance[{EXTRAS[library.name]}]'") from None
+    torch = library.module
+    for fmt in ("f143", "f152"):
+        if not hasattr(torch, {"f143": "float8_e4m3fnuz", "f152": "float8_e5m2fnuz"}[fmt]):
+            raise ArrayLibraryError(f"array library {library.spec}: torch {torch.__version__} has no FNUZ float8 dtypes "
+                                    "(float8_e4m3fnuz, float8_e5m2fnuz); install torch 2.1 or later")
+    if library.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ArrayLibraryError(f"array library {library.spec}: no CUDA device is available to torch "
+                                    f"{torch.__version__} (torch.cuda.is_available() is False)")
+        index = int(library.device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ArrayLibraryError(f"array library {library.spec}: CUDA device {index} does not exist (this machine "
+                                    f"has {torch.cuda.device_count()})")
+    return library
+
+
+_lock = threading.Lock()
+_selected: ArrayLibrary = NUMPY
+
+
+def active() -> ArrayLibrary:
+    """The library the numerics compute on now (numpy unless :func:`select` or :func:`use` chose another)."""
+    return _selected
+
+
+def select(spec: str) -> ArrayLibrary:
+    """Make library ``spec`` (checked by :func:`load`) the process's choice; returns it."""
+    global _selected
+    library = load(spec)
+    with _lock:
+        _selected = library
+    return library
+
+
+@contextlib.contextmanager
+def use(spec: str):
+    """Compute on library ``spec`` inside the block, in every thread; blocks nest."""
+    global _selected
+    library = load(spec)
+    with _lock:
+        previous, _selected = _selected, library
+    try:
+        yield library
+    finally:
+        with _lock:
+            _selected = previous
