@@ -370,6 +370,10 @@ class Ops:
         x = np.asarray(x, np.float32)
         return self._emit(name, x * np.clip(x * np.float32(1 / 6) + np.float32(0.5), np.float32(0), np.float32(1)))
 
+    def sum(self, x, *, axis, keepdims=False, name):
+        """The sum over ``axis`` (a ReduceSum), accumulated in FP32."""
+        return self._emit(name, np.asarray(np.sum(x, axis=axis, keepdims=keepdims, dtype=np.float32)))
+
     def cumsum(self, x, *, axis, exclusive=False, reverse=False, name):
         """Running sum along ``axis`` (``exclusive``: without the element itself; ``reverse``: from the end)."""
         return self._emit(name, cumsum_fp32(x, axis, exclusive, reverse))

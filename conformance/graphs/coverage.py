@@ -54,6 +54,7 @@ _CALLS = {
     "Einsum": ("linear / matmul (one operand: a transpose, exact)", ("linear", "matmul")),
     "Erf": ("gelu, only inside the exact GELU sub-graph", ("gelu",)),
     "Sigmoid": ("sigmoid (silu, glu in their sub-graphs)", ("sigmoid", "silu", "glu")),
+    "ReduceSum": ("sum (integers exact)", ("sum",)),
 }
 
 

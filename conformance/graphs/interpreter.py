@@ -546,6 +546,43 @@ def _reduce_mean(node, args, attrs, ops, constant, interp):
     return [ops.mean(x, axis=axes, keepdims=bool(attrs.get("keepdims", 1)), name=_layer(node.name))]
 
 
+def _reduce_axes(node, args, attrs):
+    x = args[0]
+    axes = args[1] if len(args) > 1 and args[1] is not None else attrs.get("axes")
+    if axes is None or len(axes) == 0:
+        if int(attrs.get("noop_with_empty_axes", 0)):
+            return None
+        return tuple(range(np.ndim(x)))
+    return tuple(int(a) % max(np.ndim(x), 1) for a in np.ravel(axes))
+
+
+def _reduce_sum(node, args, attrs, ops, constant, interp):
+    axes, keepdims = _reduce_axes(node, args, attrs), bool(attrs.get("keepdims", 1))
+    if axes is None:
+        return [args[0]]
+    if _integers(args[0]):
+        return [np.sum(args[0], axis=axes, keepdims=keepdims, dtype=_array(args[0]).dtype)]
+    return [ops.sum(args[0], axis=axes, keepdims=keepdims, name=_layer(node.name))]
+
+
+def _reduce_select(fn, largest):
+    """ReduceMax / ReduceMin: a value of the input is selected, exactly (over an empty axis, the identity: the
+    lowest value of the type for a maximum, the highest for a minimum)."""
+    def run(node, args, attrs, ops, constant, interp):
+        x = np.asarray(args[0])
+        axes = _reduce_axes(node, args, attrs)
+        if axes is None:
+            return [x]
+        if x.dtype == np.bool_:
+            identity = not largest
+        elif x.dtype.kind == "f":
+            identity = -np.inf if largest else np.inf
+        else:
+            identity = np.iinfo(x.dtype).min if largest else np.iinfo(x.dtype).max
+        return [fn(x, axis=axes, keepdims=bool(attrs.get("keepdims", 1)), initial=identity)]
+    return run
+
+
 def _global_average_pool(node, args, attrs, ops, constant, interp):
     return [ops.mean(args[0], axis=tuple(range(2, np.ndim(args[0]))), keepdims=True, name=_layer(node.name))]
 
@@ -952,7 +989,8 @@ _RUN = {
     "Abs": _unary_float("abs", np.abs), "Neg": _unary_float("neg", np.negative), "Sign": _unary_float("sign", np.sign),
     "Ceil": _unary_float("ceil"), "Floor": _unary_float("floor"), "Exp": _unary_float("exp"),
     "Log": _unary_float("log"), "Reciprocal": _unary_float("reciprocal"), "Clip": _clip, "Mod": _mod,
-    "HardSigmoid": _hard_sigmoid, "HardSwish": _unary("hard_swish"),
+    "HardSigmoid": _hard_sigmoid, "HardSwish": _unary("hard_swish"), "ReduceSum": _reduce_sum,
+    "ReduceMax": _reduce_select(np.max, True), "ReduceMin": _reduce_select(np.min, False),
 }
 # Operators with optional further outputs, and how many outputs the interpreter computes for each.
 _OUTPUTS = {"MaxPool": 1, "LayerNormalization": 3, "BatchNormalization": 1}
@@ -961,7 +999,7 @@ SUPPORTED = frozenset(_RUN)
 _EXACT = frozenset({"Identity", "Cast", "Reshape", "Transpose", "Slice", "Unsqueeze", "Squeeze", "Concat", "Split",
                     "Flatten", "Shape", "Constant", "Expand", "Equal", "Not", "Where", "Gather",
                     "ConstantOfShape", "And", "Or", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsNaN",
-                    "Range", "Pad", "Tile", "GatherElements", "GatherND", "ScatterND"})
+                    "Range", "Pad", "Tile", "GatherElements", "GatherND", "ScatterND", "ReduceMax", "ReduceMin"})
 
 
 # -- sub-graph forms of one op ------------------------------------------------------------------------------------

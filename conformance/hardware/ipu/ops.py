@@ -52,6 +52,7 @@ NUMERICS: dict[str, tuple[str, bool]] = {  # op -> (its FP16 numerics, whether i
     "softmax": ("FP32 exponentials and sum, FP16 result", False),
     "mean": ("FP32 accumulation, FP16 result", False),
     "cumsum": ("FP32 accumulation, FP16 result", False),
+    "sum": ("FP32 accumulation, FP16 result", False),
     "avg_pool2d": ("FP32 window sums and division, FP16 result", False),
 }
 
@@ -398,6 +399,9 @@ class IpuOps(Ops):
 
     def hard_swish(self, x, *, name):
         return self._out(name, _SILENT.hard_swish(self._f16(x), name=name))
+
+    def sum(self, x, *, axis, keepdims=False, name):
+        return self._out(name, np.asarray(np.sum(self._f16(x), axis=axis, keepdims=keepdims, dtype=np.float32)))
 
     def cumsum(self, x, *, axis, exclusive=False, reverse=False, name):
         return self._out(name, cumsum_fp32(self._f16(x), axis, exclusive, reverse))
