@@ -138,7 +138,7 @@ class Interpreter:
         self._load_external_data(Path(base_dir) if base_dir is not None else None)
         try:
             onnx.checker.check_model(self.model, full_check=True)
-        except onnx.checker.ValidationError as exc:
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
             raise InterpreterError(f"{self.source} fails onnx.checker: {str(exc).splitlines()[0]}") from None
         g = self.model.graph
         self.inputs = [v.name for v in g.input if v.name not in {t.name for t in g.initializer}]
