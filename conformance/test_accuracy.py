@@ -230,6 +230,9 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
     count = accuracy_runs.count(name)
     progress(f"accuracy {name} {precision}: {count} samples, batch {accuracy_runs.batch_size(name)}")
     inputs, ref = accuracy_runs.reference(name)
+    vacuous = user_cases[name].no_verdict(ref) if name in settings.onnx else None
+    if vacuous:  # nothing to judge against: no verdict for this graph, not a pass or a hardware failure
+        pytest.skip(f"no verdict: {vacuous}")
     run = accuracy_runs.hardware(name, precision, probe=wants_probe(gates))
     hw = run["outputs"]
 

@@ -470,3 +470,48 @@ def test_the_graph_gates_catch_a_fault_of_the_emulator(graphs, fault, precision)
     with FAULTS[fault].inject() as injection:
         failed = failed_gates()
     assert injection.changed and failed, f"{fault}: no gate failed"
+
+
+def _linear_graph(path: Path, weight: np.ndarray) -> Path:
+    node = helper.make_node("MatMul", ["x", "w"], ["logits"], name="layer")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+                              initializer=[onnx.numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=9), path)
+    return path
+
+
+def test_a_vacuous_or_broken_reference_gives_no_verdict_naming_the_output(tmp_path, pytester):
+    """An all-zero FP32 output (every precision would score the cap) and a NaN weight (the reference is NaN: the
+    graph's fault, not the hardware's) are not judged; beside a graph that is judged the run passes, alone it has no
+    verdict (exit 5)."""
+    rng = np.random.default_rng(0)
+    good = _linear_graph(tmp_path / "good.onnx", rng.standard_normal((4, 3)).astype(np.float32))
+    zero = _linear_graph(tmp_path / "zero.onnx", np.zeros((4, 3), np.float32))
+    broken = rng.standard_normal((4, 3)).astype(np.float32)
+    broken[1, 2] = np.nan
+    nan = _linear_graph(tmp_path / "nan.onnx", broken)
+    case = GraphCase("zero", zero)
+    assert "output 'logits' is all zero" in case.no_verdict(case.reference(case.inputs(4), 4)[0])
+    case = GraphCase("nan", nan)
+    why = case.no_verdict(case.reference(case.inputs(4), 4)[0])
+    assert "output 'logits' has 4 non-finite value(s)" in why and "not the hardware" in why and "weights holding NaN: w" in why
+    constant = _linear_graph(tmp_path / "constant.onnx", np.zeros((4, 3), np.float32))
+    model = onnx.load(str(constant))
+    model.graph.node[0].output[0] = "product"
+    model.graph.node.append(helper.make_node("Add", ["product", "one"], ["logits"], name="shift"))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.float32(1.5), "one"))
+    onnx.save(model, constant)
+    case = GraphCase("constant", constant)
+    assert "output 'logits' is constant (1.5)" in case.no_verdict(case.reference(case.inputs(4), 4)[0])
+
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "-rs", "--hardware", "cpu", "--profile",
+                                           "smoke", "--onnx", f"good={good}", "--onnx", f"zero={zero}",
+                                           "--onnx", f"nan={nan}")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert "no verdict: the FP32 reference (onnxruntime) of graph 'zero.onnx': output 'logits' is all zero" in out
+    assert "graph 'nan.onnx': output 'logits' has" in out and "hardware output has non-finite" not in out
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "cpu", "--profile", "smoke",
+                                           "--onnx", f"zero={zero}")
+    assert result.ret == 5, result.stdout.str()

@@ -430,6 +430,29 @@ class GraphCase:
         """onnxruntime's FP32 outputs of ``inputs`` (never cached: the engine is the reference)."""
         return runtime.run(self._session, inputs, batch_size), False
 
+    def no_verdict(self, reference: dict[str, np.ndarray]) -> str | None:
+        """Why the FP32 reference cannot judge anything (None when it can): an output that is non-finite (the graph's
+        fault: a NaN or Inf weight or an overflowing step; its non-finite weights are named), all zero or constant on
+        the samples, against which every precision would score a perfect or meaningless figure."""
+        for name in self.model.output_names:
+            values = np.asarray(reference[name])
+            if values.dtype.kind != "f" or values.size == 0:
+                continue
+            where = f"the FP32 reference (onnxruntime) of graph {self.path.name!r}: output {name!r}"
+            bad = ~np.isfinite(values)
+            if bad.any():
+                weights = sorted(k for k, v in self.model.interpreter.constants.items()
+                                 if v.dtype.kind == "f" and np.isnan(v).any())
+                return (f"{where} has {int(bad.sum())} non-finite value(s) (NaN/Inf) of {values.size} on the "
+                        f"samples: the graph computes them, not the hardware"
+                        + (f" (weights holding NaN: {', '.join(weights[:5])}{', ...' if len(weights) > 5 else ''})"
+                           if weights else ""))
+            first = values.reshape(-1)[0]
+            if np.all(values == first):
+                return (f"{where} is {'all zero' if first == 0 else f'constant ({float(first):g})'} on the "
+                        f"{len(values)} samples: a vacuous reference, against which any precision scores perfectly")
+        return None
+
     def judged(self) -> dict[str, Any]:
         """What the report says was judged: the graph in the checkpoint's place (path, sha256, opset), its inputs and
         FP8 calibration data, and the engine of the FP32 reference."""

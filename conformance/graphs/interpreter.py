@@ -27,6 +27,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper, numpy_helper
 
+from conformance.graphs.tensor import GraphError, GraphTensor, value_of
 from models.ops import Ops, window_sums
 
 MIN_OPSET = 17  # LayerNormalization is a single ONNX op from opset 17 on
@@ -301,8 +302,13 @@ class Interpreter:
                 continue
             args = [values[name] if name else None for name in node.input]
             try:
-                values.update(zip(node.output, _RUN[node.op_type](node, args, attrs, ops, constant, self)))
+                if self._replays(node, args, constant):
+                    values.update(zip(node.output, _replay(node, args, attrs, constant, self)))
+                else:
+                    values.update(zip(node.output, _RUN[node.op_type](node, args, attrs, ops, constant, self)))
             except (ValueError, IndexError, TypeError, KeyError, ArithmeticError) as exc:  # named, not a traceback
+                if isinstance(exc, GraphError):  # the graph being recorded cannot follow a step: its own error
+                    raise
                 if isinstance(exc, InterpreterError) and "node " in str(exc):
                     error = exc
                 elif isinstance(exc, InterpreterError):
@@ -316,6 +322,19 @@ class Interpreter:
                     node.op_type == "Gather" and values[node.input[0]].dtype == F32):  # an embedding is an op
                 constant.update(node.output)
         return {name: values[name] for name in self.outputs}
+
+    def _replays(self, node: onnx.NodeProto, args: list, constant: set) -> bool:
+        """Whether ``node`` is an exact step on values being recorded into a graph (a precision graph written from
+        this interpreter): one that calls no op of the contract, written into that graph as it is."""
+        if not any(isinstance(a, GraphTensor) for a in args):
+            return False
+        if node.op_type in ("Identity", "Cast"):
+            return not (self.is_input(node.input[0]) and value_of(args[0]).dtype.kind == "f")
+        if node.op_type == "Gather":
+            return not (node.input[0] in constant and value_of(args[0]).dtype == F32)
+        if node.op_type in _EXACT:
+            return True
+        return node.op_type in _INTEGER_PATHS and _integers(*(value_of(a) for a in args if a is not None))
 
     def check_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         """An InterpreterError unless ``inputs`` has every graph input, of its element type and rank, with its fixed
@@ -1000,6 +1019,40 @@ _EXACT = frozenset({"Identity", "Cast", "Reshape", "Transpose", "Slice", "Unsque
                     "Flatten", "Shape", "Constant", "Expand", "Equal", "Not", "Where", "Gather",
                     "ConstantOfShape", "And", "Or", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsNaN",
                     "Range", "Pad", "Tile", "GatherElements", "GatherND", "ScatterND", "ReduceMax", "ReduceMin"})
+
+
+# Operators that run exactly in numpy when their operands are integers (index arithmetic), through the ops otherwise.
+_INTEGER_PATHS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Abs", "Neg", "Sign", "Clip", "Mod", "CumSum",
+                            "ReduceSum"})
+_FP32_OPS = Ops()
+
+
+def _replay(node, args, attrs, constant, interp):
+    """``node`` written into the graph being recorded as it is (its attributes and the constants it reads), its value
+    on the example computed as the interpreter computes it. A result has the batch axis first where an operand has
+    one and the result has the example's batch size first (an index or shape vector has none)."""
+    example = [value_of(a) if a is not None else None for a in args]
+    results = _RUN[node.op_type](node, example, attrs, _FP32_OPS, constant, interp)
+    tensors = [a for a in args if isinstance(a, GraphTensor)]
+    graph, source = tensors[0].graph, tensors[0].source
+    batch = next((a.value.shape[a.batch_axis] for a in tensors if a.batch_axis is not None), None)
+    label = graph.node_name(f"{source}/{node.op_type}")
+    names = []
+    for name, a in zip(node.input, args):
+        if a is None:
+            names.append("")
+        else:
+            names.append(a.name if isinstance(a, GraphTensor) else graph.constant(np.asarray(a), f"{label}/{name}"))
+    outputs = [graph.value_name(label) for _ in results]
+    kept = {k: v for k, v in attrs.items()}
+    graph.add_node(node.op_type, names, outputs, label, **kept)
+    out = []
+    for name, value in zip(outputs, results):
+        value = np.asarray(value)
+        batched = (batch is not None and value.ndim >= 1 and value.shape[0] == batch
+                   and (value.ndim >= 2 or value.dtype.kind not in "iu"))
+        out.append(GraphTensor(graph, name, value, 0 if batched else None, source))
+    return out
 
 
 # -- sub-graph forms of one op ------------------------------------------------------------------------------------
