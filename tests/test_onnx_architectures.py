@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conformance.graphs.case import GraphCase, GraphCaseError
+from conformance.graphs.precision import record_precision
 from conformance.graphs.runtime import max_relative_error, run, session
 from conformance.hardware import get_backend
 from models.ops import Ops
@@ -157,6 +158,29 @@ def test_architecture_runs_as_onnxruntime_runs_it_and_at_the_ipu_precisions(name
         prepared = IPU.prepare(case.model, precision)
         out = case.model.interpreter.run(inputs, prepared.ops())["logits"]
         assert out.shape == got["logits"].shape and np.all(np.isfinite(out)), precision
+        # the graph of that precision, recorded through the interpreter (what --hardware onnxruntime runs): record
+        # checks that onnxruntime's error on it is the emulator's within a factor of 2
+        recording, _ = record_precision(case.model, prepared.policy, prepared.plan)
+        graph = session(recording.model)
+        ran = run(graph, inputs)["logits"]
+        assert ran.shape == out.shape and np.all(np.isfinite(ran))
+        if precision == "fp8":
+            assert any(n.op_type == "QuantizeLinear" for n in recording.model.graph.node)
+
+
+def test_onnxruntime_judges_imported_graphs_at_every_precision(tmp_path, pytester):
+    """--hardware onnxruntime --onnx: the graph as given at fp32, its precision graphs at fp16 and fp8."""
+    import json
+    paths = {name: export(name, tmp_path) for name in ("squeezenet", "t5-encoder")}
+    report = tmp_path / "report"
+    args = [a for name, path in paths.items() for a in ("--onnx", f"{name.split('-')[0]}={path}")]
+    result = pytester.runpytest_subprocess(str(Path(__file__).resolve().parents[1] / "conformance"), "-q",
+                                           "--hardware", "onnxruntime", "--profile", "smoke", *args,
+                                           "--report-dir", str(report))
+    assert result.ret == 0, result.stdout.str()
+    records = json.loads((report / "results.json").read_text())["records"]
+    judged = {(r["model"], r["precision"]) for r in records if r["check"] == "snr_db" and r["passed"]}
+    assert judged == {(m, p) for m in ("squeezenet", "t5") for p in ("fp32", "fp16", "fp8")}
 
 
 def test_an_unsupported_operator_of_an_architecture_is_refused_naming_the_node(tmp_path):

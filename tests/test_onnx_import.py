@@ -154,6 +154,20 @@ def test_a_masked_distilbert_is_judged_on_its_npz(tmp_path, pytester):
     assert result.ret == 0, result.stdout.str()
     records = json.loads((report / "results.json").read_text())["records"]
     assert {(r["precision"], r["check"]) for r in records if r["passed"]} >= {("fp16", "snr_db"), ("fp8", "snr_db")}
+    # the cpu has no FP8 precision: it asks for no calibration inputs
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "cpu", "--profile", "smoke",
+                                           "--onnx", f"masked={path}", "--dataset", f"masked={tmp_path / 'in.npz'}")
+    assert result.ret == 0, result.stdout.str()
+    # onnxruntime runs the graph as given and its precision graphs on the .npz's inputs
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "onnxruntime", "--profile",
+                                           "smoke", "--onnx", f"masked={path}", "--dataset",
+                                           f"masked={tmp_path / 'in.npz'}", "--calibration",
+                                           f"masked={tmp_path / 'in.npz'}", "--report-dir", str(report))
+    assert result.ret == 0, result.stdout.str()
+    records = json.loads((report / "results.json").read_text())["records"]
+    assert {r["precision"] for r in records if r["check"] == "snr_db" and r["passed"]} == {"fp32", "fp16", "fp8"}
+    judged = next(r for r in records if r["check"] == "snr_db")["details"]["judged"]
+    assert judged["dataset"]["format"] == "npz" and judged["dataset"]["rows"] == 6
 
 
 def test_npz_inputs_and_calibration_are_used(graphs, tmp_path):

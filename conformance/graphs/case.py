@@ -340,11 +340,12 @@ class GraphCase:
 
     ``dataset`` / ``calibration``: a ``.npz`` path or a :class:`DataSource`; ``samples``: how many inputs are drawn
     (default :data:`DRAWN_SAMPLES`), or the first N of the data (default, or :data:`ALL`: all of it); ``preprocessing``:
-    the directory of the tokenizer or ``preprocessor_config.json`` a task's data is read with (as a checkpoint's)."""
+    the directory of the tokenizer or ``preprocessor_config.json`` a task's data is read with (as a checkpoint's);
+    ``calibrates``: whether the hardware has an FP8 precision, whose calibration inputs must then be drawable or given."""
 
     def __init__(self, name: str, path: Path, dataset: Path | DataSource | None = None,
                  calibration: Path | DataSource | None = None, *, samples: int | str | None = None,
-                 preprocessing: Path | None = None):
+                 preprocessing: Path | None = None, calibrates: bool = True):
         if not NAME.fullmatch(name):
             raise GraphCaseError(f"--onnx {name}=...: {name!r} is not a case name; expected lower-case letters, "
                                  "digits, '-' or '_', starting with a letter")
@@ -379,7 +380,7 @@ class GraphCase:
             raise GraphCaseError(f"--onnx {name}={path}: {reason}; give its inputs with --dataset {name}=FILE.npz")
         if calibration is not None:
             self.calibration = self._load(calibration, "--calibration", None)
-        elif self.evaluation is not None and self.model.drawable() is not None:
+        elif calibrates and self.evaluation is not None and self.model.drawable() is not None:
             raise GraphCaseError(f"--onnx {name}={path}: {self.model.drawable()}; give FP8 calibration inputs with "
                                  f"--calibration {name}=FILE.npz")
         try:  # onnxruntime builds the reference session now: a graph it cannot run is refused before any test
@@ -472,5 +473,6 @@ class GraphCase:
         if self.preprocessing is not None:
             out["preprocessing_from"] = str(Path(self.preprocessing).resolve())
         out["fp8_calibration"] = (self.calibration.provenance if self.calibration is not None
-                                  else drawn(CALIBRATION_SEED))
+                                  else drawn(CALIBRATION_SEED) if self.model.drawable() is None
+                                  else "none (the hardware has no FP8 precision)")
         return out

@@ -381,12 +381,15 @@ class Recording:
 
 def record(model: Model, *, weights: str = "", version: str = "", batch_size: int = EXAMPLE_BATCH,
            seed: int = EXAMPLE_SEED, ops: Callable[[GraphBuilder], GraphOps] = GraphOps, precision: str = "fp32",
-           metadata: dict[str, str] | None = None, tolerance: float = VERIFY_TOLERANCE) -> Recording:
+           metadata: dict[str, str] | None = None, tolerance: float = VERIFY_TOLERANCE,
+           example: dict[str, np.ndarray] | None = None) -> Recording:
     """The ONNX graph of ``model``: its ``forward`` run through ``ops(graph)`` (:class:`GraphOps`: the FP32 graph) on
     ``batch_size`` samples of its own ``sample_inputs``. Inputs and outputs are named as the model's (float outputs
     as float32 whatever the graph computes in), the batch axis is dynamic (``batch``). ``weights`` (where the weights
-    came from), ``version``, ``precision`` and ``metadata`` go to the graph's metadata."""
-    example = model.sample_inputs(batch_size, seed=seed)
+    came from), ``version``, ``precision`` and ``metadata`` go to the graph's metadata. ``example``: inputs to record
+    on instead (their first ``batch_size`` rows), for a graph whose inputs cannot be drawn."""
+    example = (model.sample_inputs(batch_size, seed=seed) if example is None
+               else {name: np.asarray(value)[:batch_size] for name, value in example.items()})
     model.validate_inputs(example)
     graph = GraphBuilder({id(array): name for name, array in model.params.items()})
     for name in model.output_names:

@@ -1031,6 +1031,9 @@ def _replay(node, args, attrs, constant, interp):
     """``node`` written into the graph being recorded as it is (its attributes and the constants it reads), its value
     on the example computed as the interpreter computes it. A result has the batch axis first where an operand has
     one and the result has the example's batch size first (an index or shape vector has none)."""
+    floats = {np.asarray(value_of(a)).dtype for a in args if a is not None and np.asarray(value_of(a)).dtype.kind == "f"}
+    if len(floats) > 1:  # float16 values of the precision graph beside float32 ones (a mask's constant): in float32
+        args = [a.astype(F32) if isinstance(a, GraphTensor) and a.dtype.kind == "f" else a for a in args]
     example = [value_of(a) if a is not None else None for a in args]
     results = _RUN[node.op_type](node, example, attrs, _FP32_OPS, constant, interp)
     tensors = [a for a in args if isinstance(a, GraphTensor)]

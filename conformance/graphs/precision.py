@@ -354,8 +354,8 @@ class PrecisionGraphOps(GraphOps):
                                               name=name))
 
 
-def record_precision(model, policy: Policy, plan: Fp8Plan | None, *, weights: str = "",
-                     version: str = "") -> tuple[Recording, dict]:
+def record_precision(model, policy: Policy, plan: Fp8Plan | None, *, weights: str = "", version: str = "",
+                     example: dict[str, np.ndarray] | None = None) -> tuple[Recording, dict]:
     """The graph of ``model`` at ``policy`` (with ``plan``'s FP8 settings and calibrated scales), verified against
     :class:`FloatPartialsOps`, and PopRT's settings for the same policy (:mod:`conformance.graphs.poprt`)."""
     made: list[PrecisionGraphOps] = []
@@ -370,6 +370,6 @@ def record_precision(model, policy: Policy, plan: Fp8Plan | None, *, weights: st
                                       "weight_format": plan.settings.weight_format, "skip": list(plan.settings.skip),
                                       "calibration": plan.calibration}, sort_keys=True)
     recording = record(model, weights=weights, version=version, ops=ops, precision=policy.name, metadata=metadata,
-                       tolerance=VERIFY_TOLERANCE)
+                       tolerance=VERIFY_TOLERANCE, example=example)
     recording.baseline = model(recording.inputs)  # the FP32 model on the example batch
     return recording, poprt.settings(model.name, policy, plan.settings if plan else None, made[-1].quantized)

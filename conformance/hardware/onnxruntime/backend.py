@@ -214,7 +214,10 @@ class OnnxruntimeBackend(Backend):
                 facts["graph"] = {"source": "the model's FP32 graph (graphs.export.record)"}
             else:
                 ipu = self.ipu().prepare(model, precision, calibration_inputs, batch_size=batch_size, case=case)
-                recording, poprt = graphs.record_precision(model, ipu.policy, ipu.plan)
+                # a graph whose inputs cannot be drawn is recorded on the given calibration inputs
+                example = (calibration_inputs if isinstance(model, GraphModel) and model.drawable() is not None
+                           else None)
+                recording, poprt = graphs.record_precision(model, ipu.policy, ipu.plan, example=example)
                 facts["graph"] = {"source": f"the ipu precision {precision!r} as a graph (graphs.precision)"}
                 if ipu.plan is not None:  # the ipu's record of its FP8 plan, with the scales as the graph holds them
                     facts.update(ipu.details(ipu.ops()), fp8_scales=poprt["fp8"]["scales"])
