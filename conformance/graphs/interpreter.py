@@ -1083,7 +1083,7 @@ def _other(node, name):
 
 def _gelu_form(node, users, values):
     """The nodes of torch's exact GELU sub-graph starting at the Div ``node``, Div(x, sqrt 2) -> Erf -> Add(1) ->
-    Mul(x, .) -> Mul(0.5), or None."""
+    Mul(x, .) -> Mul(0.5) (or Mul(0.5, .) -> Mul(x, .)), or None."""
     if node.op_type != "Div" or not _scalar(values, node.input[1], np.sqrt(2.0)):
         return None
     x = node.input[0]
@@ -1091,13 +1091,16 @@ def _gelu_form(node, users, values):
     add = erf and _single_user(erf.output[0], users, "Add")
     if add is None or not _scalar(values, _other(add, erf.output[0]), 1.0):
         return None
-    mul = _single_user(add.output[0], users, "Mul")
-    if mul is None or _other(mul, add.output[0]) != x:
+    first = _single_user(add.output[0], users, "Mul")
+    second = first and _single_user(first.output[0], users, "Mul")
+    if second is None:
         return None
-    half = _single_user(mul.output[0], users, "Mul")
-    if half is None or not _scalar(values, _other(half, mul.output[0]), 0.5):
-        return None
-    return [node, erf, add, mul, half]
+    # x * (1 + erf) then * 0.5 (TorchScript's order), or 0.5 * (1 + erf) then * x (the dynamo exporter's)
+    if _other(first, add.output[0]) == x and _scalar(values, _other(second, first.output[0]), 0.5):
+        return [node, erf, add, first, second]
+    if _scalar(values, _other(first, add.output[0]), 0.5) and _other(second, first.output[0]) == x:
+        return [node, erf, add, first, second]
+    return None
 
 
 def _fused(node, users, values):
