@@ -11,10 +11,17 @@ suite's export writes them, Split/Sigmoid/Mul; the exact GELU as torch writes it
 interpreter calls the op itself, so that the rounding is the op's; Erf alone has no op and is refused.
 
 A graph is checked before it runs, each refusal an :class:`InterpreterError` naming what is wrong: not ONNX, failing
-``onnx.checker``, an opset below :data:`MIN_OPSET`, an operator outside :data:`SUPPORTED` (naming the node and the
-supported operators), a custom domain or a model-local function, tensors other than float32/int/bool, external data
-that is missing or outside the graph's folder. Nothing from a graph is executed as code: attributes are read as data
-and every operator maps to a fixed function here.
+``onnx.checker`` (its shape inference included), an opset below :data:`MIN_OPSET`, an operator outside
+:data:`SUPPORTED` (naming the node and the supported operators), a node of a custom domain (a domain imported and
+unused is ignored) or a model-local function, an optional output it does not compute, tensors other than
+float32/int/bool, external data that is missing, outside the graph's folder or of another size than its file and
+tensor state, a declared input beyond :data:`MAX_VALUE_BYTES` for one sample. Then the graph runs once on one sample
+through the FP32 reference ops (:meth:`Interpreter._dry_run`), so that an attribute value, a rank or a shape it
+cannot run is refused when it is read, not inside a test. Nothing from a graph is executed as code: attributes are
+read as data and every operator maps to a fixed function here.
+
+Run through a recording ops object (a precision graph written from the interpreter), an exact step on recorded
+values is written into that graph as the source graph's own node.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ engine runs whole graphs, so its ops cannot be probed one by one (:attr:`Prepare
 or op-check gates apply to it.
 
 An imported graph (``--onnx NAME=FILE``, a :class:`~conformance.graphs.case.GraphModel`) runs as the user gave it at
-fp32; at fp16 and fp8 its precision graph is recorded through the interpreter, with the ipu's ``onnx`` FP8 settings.
+fp32; at fp16 and fp8 its precision graph is recorded through the interpreter, with the ipu's ``onnx`` FP8 settings
+(on the calibration inputs where the graph's inputs cannot be drawn).
 
 Threads: a session's intra-op threads are the emulator's kernel threads,
 :func:`conformance.numerics.formats.worker_threads` (``CONFORMANCE_THREADS``, else the cores this process may use, at
