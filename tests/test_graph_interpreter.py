@@ -402,3 +402,18 @@ def test_a_failure_on_drawn_index_values_is_left_to_the_real_inputs():
     interpreter = Interpreter(model.SerializeToString())
     y = interpreter.run({"x": np.arange(6, dtype=np.float32).reshape(2, 3), "shape": np.int64([3, 2])}, Ops())["y"]
     assert y.shape == (3, 2)
+
+
+def test_large_weights_are_checked_by_their_shapes():
+    """The checker sees a large weight as an input of its shape (its values are not copied into it): a weight that
+    does not fit its MatMul is still refused when the graph is read, and one that fits runs."""
+    big = np.ones((300, 300), np.float32)  # larger than LARGE_WEIGHT
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="layer")
+    wrong = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 300])], [const("w", big)])
+    with pytest.raises(InterpreterError, match="fails onnx.checker.*layer"):
+        Interpreter(wrong.SerializeToString())
+    right = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 300])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 300])], [const("w", big)])
+    x = np.ones((2, 300), np.float32)
+    np.testing.assert_array_equal(Interpreter(right.SerializeToString()).run({"x": x}, Ops())["y"], x @ big)

@@ -91,6 +91,34 @@ def _declared(value: onnx.ValueInfoProto) -> list:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in value.type.tensor_type.shape.dim]
 
 
+LARGE_WEIGHT = 1 << 16  # bytes: an initializer this large is checked by its shape, not copied into the checker
+
+
+def _without_large_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for onnx.checker: its large initializers as graph inputs of their type and shape (the checker and its
+    shape inference read no weight's values; shapes and small constants are kept), so that checking does not copy
+    the weights (the checker serialises the model and parses it again, twice with its shape inference); the weights'
+    sizes are checked when they are read (:func:`numpy_helper.to_array`)."""
+    large = [t for t in model.graph.initializer if len(t.raw_data) > LARGE_WEIGHT]
+    if not large:
+        return model
+    light = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(light, field, getattr(model, field))
+    light.opset_import.extend(model.opset_import)
+    graph, names = light.graph, {t.name for t in large}
+    graph.name = model.graph.name
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    graph.initializer.extend(t for t in model.graph.initializer if t.name not in names)
+    declared = {v.name for v in model.graph.input}
+    graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large
+                       if t.name not in declared)
+    return light
+
+
 def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
     """The bytes of an external tensor's raw data, from its dims and type (None for a type of no fixed size)."""
     try:
@@ -145,13 +173,18 @@ class Interpreter:
         self._check_structure()
         self._load_external_data(Path(base_dir) if base_dir is not None else None)
         try:
-            onnx.checker.check_model(self.model, full_check=True)
+            onnx.checker.check_model(_without_large_weights(self.model), full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
             raise InterpreterError(f"{self.source} fails onnx.checker: {str(exc).splitlines()[0]}") from None
         g = self.model.graph
         self.inputs = [v.name for v in g.input if v.name not in {t.name for t in g.initializer}]
         self.outputs = [v.name for v in g.output]
-        self.constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        self.constants = {}
+        for t in g.initializer:
+            try:
+                self.constants[t.name] = numpy_helper.to_array(t)
+            except (ValueError, TypeError) as exc:
+                raise InterpreterError(f"initializer {t.name!r} cannot be read ({exc})") from None
         self._weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for tensor in g.initializer:
             if tensor.data_type not in TENSOR_TYPES:
