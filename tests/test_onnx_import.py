@@ -529,3 +529,30 @@ def test_a_vacuous_or_broken_reference_gives_no_verdict_naming_the_output(tmp_pa
     result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "cpu", "--profile", "smoke",
                                            "--onnx", f"zero={zero}")
     assert result.ret == 5, result.stdout.str()
+
+
+def test_decisions_are_judged_where_an_output_holds_class_scores(tmp_path, pytester):
+    """An output named as class scores with a last axis over classes (per sample, or per position as a language
+    model's next-token logits) is judged by top-1 agreement with FP32 beside its SNR, at the six models' agreement
+    tiers; an output of other values (hidden states) is judged by its tensor metrics alone."""
+    from conformance.accuracy.metrics import decision_outputs, task_unit_metrics
+    assert decision_outputs({"logits": (4, 3), "next_token_logits": (4, 7, 50), "hidden": (4, 32), "scores": (4, 1),
+                             "probabilities": (4, 2)}) == ["logits", "next_token_logits", "probabilities"]
+    ref = {"logits": np.float32([[[0, 1, 2], [2, 1, 0]], [[1, 0, 0], [0, 0, 1]]])}
+    hw = {"logits": np.float32([[[0, 1, 2], [0, 1, 2]], [[1, 0, 0], [0, 0, 1]]])}
+    agreement = task_unit_metrics("onnx", ref, hw, {})["top1_agreement"]
+    assert agreement.value == 0.75 and agreement.units == 2  # per sample: the share of its positions that agree
+    rng = np.random.default_rng(1)
+    scores = _linear_graph(tmp_path / "scores.onnx", rng.standard_normal((4, 3)).astype(np.float32))
+    hidden = onnx.load(str(_linear_graph(tmp_path / "hidden.onnx", rng.standard_normal((4, 3)).astype(np.float32))))
+    hidden.graph.node[0].output[0] = hidden.graph.output[0].name = "hidden"
+    onnx.save(hidden, tmp_path / "hidden.onnx")
+    report = tmp_path / "report"
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "ipu", "--profile", "smoke",
+                                           "--precision", "fp16", "--onnx", f"scores={scores}", "--onnx",
+                                           f"hidden={tmp_path / 'hidden.onnx'}", "--report-dir", str(report))
+    assert result.ret == 0, result.stdout.str()
+    records = json.loads((report / "results.json").read_text())["records"]
+    decisions = {r["model"]: r for r in records if r["check"].startswith("top1_agreement")}
+    assert set(decisions) == {"scores"} and decisions["scores"]["passed"] and decisions["scores"]["gating"]
+    assert decisions["scores"]["value"] == 1.0

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from conformance.accuracy.metrics import MetricError
+from conformance.accuracy.metrics import MetricError, decision_outputs
 from conformance.datasets import DatasetError, EvaluationSet, load_dataset
 from conformance.graphs import runtime
 from conformance.graphs.interpreter import Interpreter, InterpreterError
@@ -430,6 +430,10 @@ class GraphCase:
     def reference(self, inputs: dict[str, np.ndarray], batch_size: int, cache=None) -> tuple[dict, bool]:
         """onnxruntime's FP32 outputs of ``inputs`` (never cached: the engine is the reference)."""
         return runtime.run(self._session, inputs, batch_size), False
+
+    def decides(self) -> bool:
+        """Whether an output holds decisions (class scores, next-token logits), judged by top-1 agreement with FP32."""
+        return bool(decision_outputs({name: ["batch", *dims] for name, dims in _output_dims(self.model).items()}))
 
     def no_verdict(self, reference: dict[str, np.ndarray]) -> str | None:
         """Why the FP32 reference cannot judge anything (None when it can): an output that is non-finite (the graph's
