@@ -196,6 +196,9 @@ def test_dynamo_exports_run_as_onnxruntime_runs_them(name, tmp_path):
     assert max_relative_error(case.model.interpreter.run(inputs, Ops()), run(session(path), inputs)) <= 1e-5
     out = case.model.interpreter.run(inputs, IPU.prepare(case.model, "fp16").ops())
     assert all(np.all(np.isfinite(v)) for v in out.values())
+    prepared = IPU.prepare(case.model, "fp8")  # and its fp8 graph, as --hardware onnxruntime runs it
+    recording, _ = record_precision(case.model, prepared.policy, prepared.plan)
+    assert all(np.all(np.isfinite(v)) for v in run(session(recording.model), inputs).values())
 
 
 def test_onnxruntime_judges_imported_graphs_at_every_precision(tmp_path, pytester):
