@@ -1,8 +1,9 @@
 """Popular architectures as torch's exporter writes them (small configs, seeded random weights, exported inside the
-test): each is either accepted, and then runs through the FP32 ops as onnxruntime runs it and through the ipu's ops at
-fp16 and fp8, or refused when read with the node and what is unsupported named. transformers gives Whisper's encoder,
-T5's encoder, DeBERTa-v2, RoBERTa, Wav2Vec2, Swin and MobileViT; torchvision's wheel does not load with this torch,
-so SqueezeNet's and MobileNetV3's layers are written here as small torch modules."""
+test): each is either accepted, and then runs through the FP32 ops as onnxruntime runs it, through the ipu's ops at
+fp16 and fp8 and as its fp16 and fp8 graphs on onnxruntime, or refused when read with the node and what is
+unsupported named. transformers gives BERT, GPT-2, Whisper's and T5's encoders, DeBERTa-v2, RoBERTa, Wav2Vec2, Swin,
+ConvNeXt, ResNet, EfficientNet and MobileViT; torchvision's wheel does not load with this torch, so SqueezeNet's and
+MobileNetV3's layers are written here as small torch modules."""
 
 from __future__ import annotations
 
@@ -129,6 +130,15 @@ def _transformers_models():
             "input_values"),
         "swin": (lambda: _Output(t.SwinForImageClassification(t.SwinConfig(
             image_size=32, patch_size=4, num_channels=3, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4,
+            num_labels=5)), "logits"), torch.randn(1, 3, 32, 32), "pixel_values"),
+        "convnext": (lambda: _Output(t.ConvNextForImageClassification(t.ConvNextConfig(
+            num_channels=3, num_stages=2, patch_size=4, hidden_sizes=[16, 32], depths=[1, 1], num_labels=5)),
+            "logits"), torch.randn(1, 3, 32, 32), "pixel_values"),
+        "resnet": (lambda: _Output(t.ResNetForImageClassification(t.ResNetConfig(
+            num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic",
+            num_labels=5)), "logits"), torch.randn(1, 3, 32, 32), "pixel_values"),
+        "efficientnet": (lambda: _Output(t.EfficientNetForImageClassification(t.EfficientNetConfig(
+            num_channels=3, image_size=32, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320,
             num_labels=5)), "logits"), torch.randn(1, 3, 32, 32), "pixel_values"),
         "squeezenet": (squeezenet, torch.randn(1, 3, 48, 48), "pixel_values"),
         "mobilenet-v3": (mobilenet_v3, torch.randn(1, 3, 32, 32), "pixel_values"),
