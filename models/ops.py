@@ -161,6 +161,12 @@ def instance_norm_fp32(x, gamma, beta, eps):
     return (y + np.asarray(beta, np.float32).reshape(shape)).astype(np.float32, copy=False)
 
 
+def interpolate_fp32(x, rows, cols):
+    """``rows @ x @ cols.T`` over the last two axes of ``x``, in float32."""
+    y = np.matmul(np.asarray(rows, np.float32), np.asarray(x, np.float32))
+    return np.ascontiguousarray(np.matmul(y, np.asarray(cols, np.float32).T))
+
+
 def window_sums(x, kernel, stride):
     """The FP32 sum of each (kh, kw) window of NCHW ``x`` at ``stride``."""
     kh, kw = as_pair(kernel)
@@ -383,6 +389,11 @@ class Ops:
         scaled and shifted per channel."""
         y = instance_norm_fp32(x, gamma, beta, eps)
         return self._emit(name, y)
+
+    def interpolate(self, x, rows, cols, *, name):
+        """A linear resize of NCHW ``x``: ``rows (Ho, H) @ x @ cols (Wo, W).T``, the interpolation weights of each
+        output row and column (a bilinear upsampling), summed in FP32."""
+        return self._emit(name, interpolate_fp32(x, rows, cols))
 
     def avg_pool2d(self, x, divisor, *, kernel, stride, name):
         """NCHW average pooling of an already padded ``x``: each window's sum over ``divisor`` (Ho, Wo), the count of

@@ -192,3 +192,21 @@ def test_einsum_as_a_matrix_product(equation, b_shape, constant):
     got = Interpreter(model.SerializeToString()).run(feeds, Recording())["y"]
     assert got.shape == expected.shape and relative_error(got, expected) <= 1e-6
     assert calls[-1] == ("linear" if constant else "matmul")
+
+
+@pytest.mark.parametrize("mode, transform", [("linear", "half_pixel"), ("linear", "align_corners"),
+                                             ("linear", "pytorch_half_pixel"), ("nearest", "asymmetric")])
+def test_resize_against_onnxruntime_and_one_fp16_rounding(mode, transform):
+    x = np.random.default_rng(5).standard_normal((2, 3, 5, 4)).astype(np.float32)
+    sizes = np.int64([2, 3, 9, 7])
+    model = graph("Resize", [2, 3, 5, 4], [2, 3, 9, 7], (("sizes", sizes),), ["", "", "sizes"], mode=mode,
+                  coordinate_transformation_mode=transform, nearest_mode="floor")
+    expected = session(model).run(None, {"x": x})[0]
+    interpreter = Interpreter(model.SerializeToString())
+    got = interpreter.run({"x": x}, Ops())["y"]
+    assert got.shape == expected.shape and relative_error(got, expected) <= 1e-6
+    half = interpreter.run({"x": x}, IPU.prepare(None, "fp16").ops())["y"]
+    if mode == "nearest":  # a selection of input elements: exact, as every step that only moves values
+        np.testing.assert_array_equal(half, got)
+    else:
+        np.testing.assert_array_equal(half, h(interpreter.run({"x": h(x)}, Ops())["y"]))

@@ -55,6 +55,7 @@ _CALLS = {
     "Erf": ("gelu, only inside the exact GELU sub-graph", ("gelu",)),
     "Sigmoid": ("sigmoid (silu, glu in their sub-graphs)", ("sigmoid", "silu", "glu")),
     "ReduceSum": ("sum (integers exact)", ("sum",)),
+    "Resize": ("interpolate (linear; nearest: exact)", ("interpolate",)),
 }
 
 

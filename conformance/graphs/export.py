@@ -346,6 +346,17 @@ class GraphOps(Ops):
         inputs = [self._f32(x, f"{name}.input"), self._f32(gamma, f"{name}.weight"), self._f32(beta, f"{name}.bias")]
         return self._node("InstanceNormalization", inputs, name, value, _batch_axis(x), epsilon=float(eps))
 
+    def interpolate(self, x, rows, cols, *, name):
+        """Two MatMuls by the constant interpolation matrices."""
+        value = self.values.interpolate(value_of(x), rows, cols, name=name)
+        if _batch_axis(x) not in (None, 0):
+            raise GraphError(f"{name}: interpolate input with its batch axis at {x.batch_axis}, not 0 (NCHW)")
+        node = self.graph.node_name(name)
+        left = self.graph.constant(np.asarray(rows, F32), f"{name}.rows")
+        right = self.graph.constant(np.ascontiguousarray(np.asarray(cols, F32).T), f"{name}.cols")
+        y = self._inner("MatMul", [left, self._f32(x, f"{name}.input")], node, "rows")[0]
+        return self._last("MatMul", [y, right], node, "cols", value, _batch_axis(x))
+
     def avg_pool2d(self, x, divisor, *, kernel, stride, name):
         """The window sums as a depthwise convolution by ones, divided by each window's count."""
         value = self.values.avg_pool2d(value_of(x), divisor, kernel=kernel, stride=stride, name=name)

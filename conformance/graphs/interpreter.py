@@ -242,7 +242,8 @@ class Interpreter:
         for n in self._nodes:
             if n.op_type != "Shape" and any(name in reach for name in n.input):
                 reach.update(n.output)
-        return any(name in reach and _array(values[name]).dtype.kind in "iub"
+        parameters = node.input[1:] if node.op_type == "Resize" else ()  # its scales or sizes, whatever their type
+        return any(name in reach and (_array(values[name]).dtype.kind in "iub" or name in parameters)
                    for name in node.input if name and name in values)
 
     # -- checks -----------------------------------------------------------------------------------------------------
@@ -1025,6 +1026,74 @@ def _pad(node, args, attrs, ops, constant, interp):
     return [np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
 
 
+def _resize_coordinates(mode: str, out_size: int, in_size: int, scale: float) -> np.ndarray:
+    """The input coordinate of each output position along one axis (ONNX's coordinate_transformation_mode)."""
+    o = np.arange(out_size, dtype=np.float64)
+    if mode == "align_corners":  # the resized length is in_size * scale, not rounded (as ONNX defines it)
+        length = in_size * scale
+        return o * (in_size - 1) / (length - 1) if length != 1 else np.zeros(out_size)
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "pytorch_half_pixel" and out_size == 1:
+        return np.zeros(1)
+    return (o + 0.5) / scale - 0.5  # half_pixel, pytorch_half_pixel
+
+
+def _resize(node, args, attrs, ops, constant, interp):
+    """Resize of the spatial axes of an (N, C, H, W) or (N, C, L) tensor: ``nearest`` as an exact selection of input
+    elements, ``linear`` as one ``interpolate`` op (each output a weighted sum of its two or four neighbours)."""
+    x, _, scales, sizes = (list(args) + [None] * 4)[:4]
+    refuse = f"node {node.name!r}: Resize"
+    mode = _text(attrs.get("mode", "nearest"))
+    transform = _text(attrs.get("coordinate_transformation_mode", "half_pixel"))
+    if mode not in ("nearest", "linear"):
+        raise InterpreterError(f"{refuse} mode {mode!r} is not supported (nearest and linear are)")
+    if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
+        raise InterpreterError(f"{refuse} coordinate_transformation_mode {transform!r} is not supported")
+    if int(attrs.get("antialias", 0)) or int(attrs.get("exclude_outside", 0)) or "axes" in attrs or \
+            _text(attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
+        raise InterpreterError(f"{refuse} with antialias, exclude_outside, axes or a keep_aspect_ratio_policy is not "
+                               "supported")
+    shape = tuple(int(d) for d in np.shape(x))
+    if sizes is not None and np.size(sizes):
+        out = [int(v) for v in np.ravel(sizes)]
+        factors = [o / i if i else 1.0 for o, i in zip(out, shape)]
+    elif scales is not None and np.size(scales):
+        factors = [float(v) for v in np.ravel(scales)]
+        out = [int(np.floor(i * f)) for i, f in zip(shape, factors)]
+    else:
+        raise InterpreterError(f"{refuse} without scales or sizes")
+    if len(out) != len(shape) or len(shape) not in (3, 4) or tuple(out[:2]) != shape[:2] or min(out) < 1:
+        raise ValuesError(f"{refuse} of a tensor of shape {shape} to {tuple(out)}: only the spatial axes of an "
+                               "(N, C, H, W) or (N, C, L) tensor are resized")
+    _budget(f"node {node.name!r} (Resize)", out, _array(x).dtype)
+    coords = [_resize_coordinates(transform, o, i, f) for o, i, f in zip(out[2:], shape[2:], factors[2:])]
+    if mode == "nearest":
+        rounding = _text(attrs.get("nearest_mode", "round_prefer_floor"))
+        pick = {"round_prefer_floor": lambda c: np.ceil(c - 0.5), "round_prefer_ceil": lambda c: np.floor(c + 0.5),
+                "floor": np.floor, "ceil": np.ceil}.get(rounding)
+        if pick is None:
+            raise InterpreterError(f"{refuse} nearest_mode {rounding!r} is not supported")
+        y = x
+        for axis, (c, size) in enumerate(zip(coords, shape[2:]), 2):
+            y = np.take(y, np.clip(pick(c), 0, size - 1).astype(np.int64), axis=axis)
+        return [y]
+    matrices = []
+    for c, size in zip(coords, shape[2:]):
+        c = np.clip(c, 0, size - 1)
+        low = np.floor(c).astype(np.int64)
+        high = np.minimum(low + 1, size - 1)
+        weight = c - low
+        matrix = np.zeros((len(c), size))
+        np.add.at(matrix, (np.arange(len(c)), low), 1 - weight)
+        np.add.at(matrix, (np.arange(len(c)), high), weight)
+        matrices.append(matrix.astype(F32))
+    if len(shape) == 3:
+        y = ops.interpolate(x[:, :, None, :], np.ones((1, 1), F32), matrices[0], name=_layer(node.name))
+        return [y[:, :, 0, :]]
+    return [ops.interpolate(x, matrices[0], matrices[1], name=_layer(node.name))]
+
+
 _RUN = {
     "Identity": _input_or_pass, "Cast": _input_or_pass,
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
@@ -1050,6 +1119,7 @@ _RUN = {
     "Log": _unary_float("log"), "Reciprocal": _unary_float("reciprocal"), "Clip": _clip, "Mod": _mod,
     "HardSigmoid": _hard_sigmoid, "HardSwish": _unary("hard_swish"), "ReduceSum": _reduce_sum,
     "ReduceMax": _reduce_select(np.max, True), "ReduceMin": _reduce_select(np.min, False),
+    "Resize": _resize,
 }
 # Operators with optional further outputs, and how many outputs the interpreter computes for each.
 _OUTPUTS = {"MaxPool": 1, "LayerNormalization": 3, "BatchNormalization": 1}

@@ -348,6 +348,10 @@ class PrecisionGraphOps(GraphOps):
         return self._round(super().instance_norm(self._operand(x, name, "input"), self._operand(gamma, name, "weight"),
                                                  self._operand(beta, name, "bias"), eps=eps, name=name))
 
+    def interpolate(self, x, rows, cols, *, name):
+        self._emulate("interpolate", name, value_of(x), rows, cols)
+        return self._round(super().interpolate(self._operand(x, name, "input"), rows, cols, name=name))
+
     def avg_pool2d(self, x, divisor, *, kernel, stride, name):
         self._emulate("avg_pool2d", name, value_of(x), divisor, kernel=kernel, stride=stride)
         return self._round(super().avg_pool2d(self._operand(x, name, "input"), divisor, kernel=kernel, stride=stride,

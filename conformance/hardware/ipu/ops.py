@@ -27,7 +27,8 @@ import numpy as np
 from conformance import numerics
 from conformance.hardware.ipu import fp8_scales
 from conformance.hardware.ipu.policy import Fp8Settings, Policy
-from models.ops import Ops, cumsum_fp32, gelu_fp32, instance_norm_fp32, sigmoid_fp32, window_sums
+from models.ops import (Ops, cumsum_fp32, gelu_fp32, instance_norm_fp32, interpolate_fp32, sigmoid_fp32,
+                        window_sums)
 
 
 # What each op of the contract computes on the IPU: the table docs/graphs.md shows (``ipu-conformance optable``).
@@ -54,6 +55,7 @@ NUMERICS: dict[str, tuple[str, bool]] = {  # op -> (its FP16 numerics, whether i
     "cumsum": ("FP32 accumulation, FP16 result", False),
     "sum": ("FP32 accumulation, FP16 result", False),
     "avg_pool2d": ("FP32 window sums and division, FP16 result", False),
+    "interpolate": ("FP32 weighted sums of FP16 operands, FP16 result", False),
 }
 
 @dataclass
@@ -408,6 +410,9 @@ class IpuOps(Ops):
 
     def instance_norm(self, x, gamma, beta, *, eps, name):
         return self._out(name, instance_norm_fp32(self._f16(x), self._param_f16(gamma), self._param_f16(beta), eps))
+
+    def interpolate(self, x, rows, cols, *, name):
+        return self._out(name, interpolate_fp32(self._f16(x), rows, cols))
 
     def avg_pool2d(self, x, divisor, *, kernel, stride, name):
         return self._out(name, window_sums(self._f16(x), kernel, stride) / np.asarray(divisor, np.float32))
