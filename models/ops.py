@@ -137,6 +137,44 @@ def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
     return out.reshape(n, o, ho, wo)
 
 
+def cumsum_fp32(x, axis, exclusive=False, reverse=False):
+    """ONNX's CumSum in float32 along ``axis``."""
+    x = np.asarray(x, np.float32)
+    if reverse:
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis=axis, dtype=np.float32)
+    if exclusive:
+        y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)), np.take(y, range(y.shape[axis] - 1), axis=axis)],
+                           axis=axis)
+    return np.ascontiguousarray(np.flip(y, axis) if reverse else y)
+
+
+def instance_norm_fp32(x, gamma, beta, eps):
+    """InstanceNorm of NC... ``x`` over its spatial axes, in float32."""
+    x = np.asarray(x, np.float32)
+    axes = tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    mean = x.mean(axis=axes, keepdims=True, dtype=np.float32)
+    centred = x - mean
+    var = np.mean(centred * centred, axis=axes, keepdims=True, dtype=np.float32)
+    y = centred / np.sqrt(var + np.float32(eps)) * np.asarray(gamma, np.float32).reshape(shape)
+    return (y + np.asarray(beta, np.float32).reshape(shape)).astype(np.float32, copy=False)
+
+
+def interpolate_fp32(x, rows, cols):
+    """``rows @ x @ cols.T`` over the last two axes of ``x``, in float32."""
+    y = np.matmul(np.asarray(rows, np.float32), np.asarray(x, np.float32))
+    return np.ascontiguousarray(np.matmul(y, np.asarray(cols, np.float32).T))
+
+
+def window_sums(x, kernel, stride):
+    """The FP32 sum of each (kh, kw) window of NCHW ``x`` at ``stride``."""
+    kh, kw = as_pair(kernel)
+    sh, sw = as_pair(stride)
+    win = sliding_window_view(np.asarray(x, np.float32), (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
+    return win.sum(axis=(-2, -1), dtype=np.float32)
+
+
 def sample_values(x, count: int) -> np.ndarray:
     """Up to ``count`` values of an op's output ``x`` (float32, flattened), for recorders and observers that must not
     hold whole activations: positions drawn once per size, seeded, so two tensors of one shape are sampled at the same
@@ -279,6 +317,88 @@ class Ops:
             x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
         win = sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
         return self._emit(name, win.max(axis=(-2, -1)))
+
+    # -- further elementwise ops, norms and pooling (of imported graphs) -----------------------------------------
+    def maximum(self, a, b, *, name):
+        return self._emit(name, np.maximum(a, b, dtype=np.float32))
+
+    def minimum(self, a, b, *, name):
+        return self._emit(name, np.minimum(a, b, dtype=np.float32))
+
+    def abs(self, x, *, name):
+        return self._emit(name, np.abs(np.asarray(x, np.float32)))
+
+    def neg(self, x, *, name):
+        return self._emit(name, np.negative(np.asarray(x, np.float32)))
+
+    def sign(self, x, *, name):
+        return self._emit(name, np.sign(np.asarray(x, np.float32)))
+
+    def ceil(self, x, *, name):
+        return self._emit(name, np.ceil(np.asarray(x, np.float32)))
+
+    def floor(self, x, *, name):
+        return self._emit(name, np.floor(np.asarray(x, np.float32)))
+
+    def exp(self, x, *, name):
+        with np.errstate(over="ignore"):
+            return self._emit(name, np.exp(np.asarray(x, np.float32)))
+
+    def log(self, x, *, name):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._emit(name, np.log(np.asarray(x, np.float32)))
+
+    def reciprocal(self, x, *, name):
+        with np.errstate(divide="ignore"):
+            return self._emit(name, np.reciprocal(np.asarray(x, np.float32)))
+
+    def clip(self, x, low=None, high=None, *, name):
+        """``x`` limited to [``low``, ``high``] (scalars; None: no bound)."""
+        y = np.asarray(x, np.float32)
+        if low is not None:
+            y = np.maximum(y, np.float32(low))
+        if high is not None:
+            y = np.minimum(y, np.float32(high))
+        return self._emit(name, np.array(y, np.float32))
+
+    def mod(self, a, b, *, name):
+        """C's ``fmod``: the remainder with the sign of ``a`` (ONNX's Mod of floats, ``fmod=1``)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self._emit(name, np.fmod(a, b, dtype=np.float32))
+
+    def hard_sigmoid(self, x, *, alpha, beta, name):
+        """``max(0, min(1, alpha x + beta))``."""
+        y = np.asarray(x, np.float32) * np.float32(alpha) + np.float32(beta)
+        return self._emit(name, np.clip(y, np.float32(0), np.float32(1)))
+
+    def hard_swish(self, x, *, name):
+        """``x * max(0, min(1, x / 6 + 1 / 2))``."""
+        x = np.asarray(x, np.float32)
+        return self._emit(name, x * np.clip(x * np.float32(1 / 6) + np.float32(0.5), np.float32(0), np.float32(1)))
+
+    def sum(self, x, *, axis, keepdims=False, name):
+        """The sum over ``axis`` (a ReduceSum), accumulated in FP32."""
+        return self._emit(name, np.asarray(np.sum(x, axis=axis, keepdims=keepdims, dtype=np.float32)))
+
+    def cumsum(self, x, *, axis, exclusive=False, reverse=False, name):
+        """Running sum along ``axis`` (``exclusive``: without the element itself; ``reverse``: from the end)."""
+        return self._emit(name, cumsum_fp32(x, axis, exclusive, reverse))
+
+    def instance_norm(self, x, gamma, beta, *, eps, name):
+        """InstanceNorm: each (sample, channel) normalised over its spatial axes (NC...), statistics in FP32, then
+        scaled and shifted per channel."""
+        y = instance_norm_fp32(x, gamma, beta, eps)
+        return self._emit(name, y)
+
+    def interpolate(self, x, rows, cols, *, name):
+        """A linear resize of NCHW ``x``: ``rows (Ho, H) @ x @ cols (Wo, W).T``, the interpolation weights of each
+        output row and column (a bilinear upsampling), summed in FP32."""
+        return self._emit(name, interpolate_fp32(x, rows, cols))
+
+    def avg_pool2d(self, x, divisor, *, kernel, stride, name):
+        """NCHW average pooling of an already padded ``x``: each window's sum over ``divisor`` (Ho, Wo), the count of
+        the window's elements that are averaged (padding counted or not)."""
+        return self._emit(name, (window_sums(x, kernel, stride) / np.asarray(divisor, np.float32)).astype(np.float32))
 
 
 FP32 = Ops()

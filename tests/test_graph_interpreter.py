@@ -311,5 +311,109 @@ def test_shapes_that_do_not_fit_name_the_node():
     node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="the_reshape")
     model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [const("shape", np.int64([2, 3]))])
+    # refused when the graph is read (its one-sample run, dynamic dimensions 1), and on inputs that do not fit
+    with pytest.raises(InterpreterError, match=r"node 'the_reshape' \(Reshape\) on inputs of shapes \(1,\), \(2,\)"):
+        Interpreter(model.SerializeToString())
     with pytest.raises(InterpreterError, match=r"node 'the_reshape' \(Reshape\) on inputs of shapes \(5,\), \(2,\)"):
-        Interpreter(model.SerializeToString()).run({"x": np.zeros(5, np.float32)}, Ops())
+        Interpreter(model.SerializeToString(), check_run=False).run({"x": np.zeros(5, np.float32)}, Ops())
+
+
+# -- refused when read, never inside a test --------------------------------------------------------------------------
+def _one(op, inputs, output_shape, inits=(), attrs=None, outputs=("y",), input_shapes=None, opset=20):
+    node = helper.make_node(op, [name for name, _ in inputs], list(outputs), name="the_node", **(attrs or {}))
+    values = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in inputs
+              if name not in {i.name for i in inits}]
+    outs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, output_shape) for name in outputs]
+    return make_model([node], values, outs, inits, opset=opset)
+
+
+@pytest.mark.parametrize("case, says", [
+    ("conv-3d", ["node 'the_node'", "Conv of 3 spatial dimension(s)"]),
+    ("maxpool-indices", ["node 'the_node' (MaxPool)", "optional output(s) ['indices']"]),
+    ("maxpool-dilations", ["node 'the_node'", "MaxPool with dilations [2, 2]"]),
+    ("impossible-expand", ["node name: the_node", "Expand", "Incompatible dimensions"]),
+    ("huge-input", ["graph input 'x' of shape (batch, 100000, 100000)", "40000000000 bytes"]),
+    ("huge-expand", ["node 'the_node' (Expand)", "bytes for one sample"]),
+    ("einsum-sum", ["node 'the_node'", "Einsum 'ij->i' is not supported"]),
+    ("float-mod", ["node 'the_node'", "Mod of floats needs fmod=1"]),
+])
+def test_what_cannot_run_is_refused_when_the_graph_is_read(case, says):
+    if case == "conv-3d":
+        model = _one("Conv", [("x", ["batch", 1, 4, 4, 4]), ("w", None)], ["batch", 2, 3, 3, 3],
+                     [const("w", np.ones((2, 1, 2, 2, 2), np.float32))])
+    elif case == "maxpool-indices":
+        model = _one("MaxPool", [("x", ["batch", 1, 4, 4])], ["batch", 1, 3, 3], attrs={"kernel_shape": [2, 2]},
+                     outputs=("y", "indices"))
+        model.graph.output[1].type.tensor_type.elem_type = TensorProto.INT64
+    elif case == "maxpool-dilations":
+        model = _one("MaxPool", [("x", ["batch", 1, 6, 6])], ["batch", 1, 4, 4],
+                     attrs={"kernel_shape": [2, 2], "dilations": [2, 2]})
+    elif case == "impossible-expand":
+        model = _one("Expand", [("x", ["batch", 3]), ("shape", None)], ["batch", 4], [const("shape", np.int64([2, 4]))])
+    elif case == "huge-input":
+        model = _one("Relu", [("x", ["batch", 100000, 100000])], ["batch", 100000, 100000])
+    elif case == "huge-expand":
+        model = _one("Expand", [("x", ["batch", 1]), ("shape", None)], ["batch", 1 << 31],
+                     [const("shape", np.int64([1, 1 << 31]))])
+    elif case == "einsum-sum":
+        model = _one("Einsum", [("x", ["batch", 3])], ["batch"], attrs={"equation": "ij->i"})
+    else:
+        model = _one("Mod", [("x", ["batch", 3]), ("d", None)], ["batch", 3], [const("d", np.float32([2, 3, 4]))])
+    with pytest.raises(InterpreterError) as refused:
+        Interpreter(model.SerializeToString())
+    assert all(text in str(refused.value) for text in says), str(refused.value)
+
+
+def test_external_data_that_does_not_match_its_file_is_refused(tmp_path):
+    path, _ = external_graph(tmp_path)
+    model = onnx.load(str(path), load_external_data=False)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "length":
+            entry.value = str(64 * 64 * 4 * 2)  # longer than the file
+    onnx.save_model(model, path)
+    with pytest.raises(InterpreterError, match=r"tensor 'w': external data 'g.onnx.data' does not match: offset 0 and "
+                                               r"length 32768 in a file of 16384 bytes"):
+        Interpreter(path)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "length":
+            entry.value = "100"  # within the file, shorter than the tensor it holds
+    onnx.save_model(model, path)
+    with pytest.raises(InterpreterError, match="length 100 in a file of 16384 bytes, for a tensor of 16384 bytes"):
+        Interpreter(path)
+
+
+def test_an_unused_domain_import_is_ignored():
+    """skl2onnx imports ai.onnx.ml even when no node uses it; a node that does use a custom domain is refused."""
+    model = tiny()
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
+    Interpreter(model.SerializeToString())
+    model.graph.node[0].domain = "ai.onnx.ml"
+    with pytest.raises(InterpreterError, match="node 'the_node' .* custom domain 'ai.onnx.ml'"):
+        Interpreter(model.SerializeToString())
+
+
+def test_a_failure_on_drawn_index_values_is_left_to_the_real_inputs():
+    """A Reshape to a shape given as an integer input: the one-sample run at read time draws zeros, which cannot be a
+    shape; the graph is accepted, and the real inputs decide."""
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    interpreter = Interpreter(model.SerializeToString())
+    y = interpreter.run({"x": np.arange(6, dtype=np.float32).reshape(2, 3), "shape": np.int64([3, 2])}, Ops())["y"]
+    assert y.shape == (3, 2)
+
+
+def test_large_weights_are_checked_by_their_shapes():
+    """The checker sees a large weight as an input of its shape (its values are not copied into it): a weight that
+    does not fit its MatMul is still refused when the graph is read, and one that fits runs."""
+    big = np.ones((300, 300), np.float32)  # larger than LARGE_WEIGHT
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="layer")
+    wrong = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 300])], [const("w", big)])
+    with pytest.raises(InterpreterError, match="fails onnx.checker.*layer"):
+        Interpreter(wrong.SerializeToString())
+    right = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 300])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 300])], [const("w", big)])
+    x = np.ones((2, 300), np.float32)
+    np.testing.assert_array_equal(Interpreter(right.SerializeToString()).run({"x": x}, Ops())["y"], x @ big)

@@ -121,6 +121,13 @@ def test_cpu_fp32_ops_match_onnxruntime_on_the_graphs(graphs, pytester, tmp_path
     assert all(r["passed"] and r["value"] >= r["target"] == 80.0 for r in records)
 
 
+def _only_fp8_decisions_fail(result, records) -> None:
+    """The run passed, or failed only on FP8's top-1 agreement: the random 3-class head's logits lie close together,
+    so on 6 samples one decision flipped at fp8 (5 of 6 agree, against a gate of 99% of FP32's) is a real verdict."""
+    failed = {(r["precision"], r["check"].split("@")[0]) for r in records if r["gating"] and not r["passed"]}
+    assert (result.ret, failed) in ((0, set()), (1, {("fp8", "top1_agreement")})), result.stdout.str()
+
+
 def test_a_masked_distilbert_is_judged_on_its_npz(tmp_path, pytester):
     """DistilBERT exported with its attention mask (torch writes the mask's logic as Range, integer arithmetic, And,
     GreaterOrEqual, IsNaN, Where): the interpreter runs it as onnxruntime does, padded positions included, and the
@@ -151,9 +158,23 @@ def test_a_masked_distilbert_is_judged_on_its_npz(tmp_path, pytester):
                                            "--precision", "fp16,fp8", "--onnx", f"masked={path}", "--dataset",
                                            f"masked={tmp_path / 'in.npz'}", "--calibration",
                                            f"masked={tmp_path / 'in.npz'}", "--report-dir", str(report))
-    assert result.ret == 0, result.stdout.str()
     records = json.loads((report / "results.json").read_text())["records"]
     assert {(r["precision"], r["check"]) for r in records if r["passed"]} >= {("fp16", "snr_db"), ("fp8", "snr_db")}
+    _only_fp8_decisions_fail(result, records)
+    # the cpu has no FP8 precision: it asks for no calibration inputs
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "cpu", "--profile", "smoke",
+                                           "--onnx", f"masked={path}", "--dataset", f"masked={tmp_path / 'in.npz'}")
+    assert result.ret == 0, result.stdout.str()
+    # onnxruntime runs the graph as given and its precision graphs on the .npz's inputs
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "onnxruntime", "--profile",
+                                           "smoke", "--onnx", f"masked={path}", "--dataset",
+                                           f"masked={tmp_path / 'in.npz'}", "--calibration",
+                                           f"masked={tmp_path / 'in.npz'}", "--report-dir", str(report))
+    records = json.loads((report / "results.json").read_text())["records"]
+    assert {r["precision"] for r in records if r["check"] == "snr_db" and r["passed"]} == {"fp32", "fp16", "fp8"}
+    _only_fp8_decisions_fail(result, records)
+    judged = next(r for r in records if r["check"] == "snr_db")["details"]["judged"]
+    assert judged["dataset"]["format"] == "npz" and judged["dataset"]["rows"] == 6
 
 
 def test_npz_inputs_and_calibration_are_used(graphs, tmp_path):
@@ -470,3 +491,75 @@ def test_the_graph_gates_catch_a_fault_of_the_emulator(graphs, fault, precision)
     with FAULTS[fault].inject() as injection:
         failed = failed_gates()
     assert injection.changed and failed, f"{fault}: no gate failed"
+
+
+def _linear_graph(path: Path, weight: np.ndarray) -> Path:
+    node = helper.make_node("MatMul", ["x", "w"], ["logits"], name="layer")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
+                              initializer=[onnx.numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=9), path)
+    return path
+
+
+def test_a_vacuous_or_broken_reference_gives_no_verdict_naming_the_output(tmp_path, pytester):
+    """An all-zero FP32 output (every precision would score the cap) and a NaN weight (the reference is NaN: the
+    graph's fault, not the hardware's) are not judged; beside a graph that is judged the run passes, alone it has no
+    verdict (exit 5)."""
+    rng = np.random.default_rng(0)
+    good = _linear_graph(tmp_path / "good.onnx", rng.standard_normal((4, 3)).astype(np.float32))
+    zero = _linear_graph(tmp_path / "zero.onnx", np.zeros((4, 3), np.float32))
+    broken = rng.standard_normal((4, 3)).astype(np.float32)
+    broken[1, 2] = np.nan
+    nan = _linear_graph(tmp_path / "nan.onnx", broken)
+    case = GraphCase("zero", zero)
+    assert "output 'logits' is all zero" in case.no_verdict(case.reference(case.inputs(4), 4)[0])
+    case = GraphCase("nan", nan)
+    why = case.no_verdict(case.reference(case.inputs(4), 4)[0])
+    assert "output 'logits' has 4 non-finite value(s)" in why and "not the hardware" in why and "weights holding NaN: w" in why
+    constant = _linear_graph(tmp_path / "constant.onnx", np.zeros((4, 3), np.float32))
+    model = onnx.load(str(constant))
+    model.graph.node[0].output[0] = "product"
+    model.graph.node.append(helper.make_node("Add", ["product", "one"], ["logits"], name="shift"))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.float32(1.5), "one"))
+    onnx.save(model, constant)
+    case = GraphCase("constant", constant)
+    assert "output 'logits' is constant (1.5)" in case.no_verdict(case.reference(case.inputs(4), 4)[0])
+
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "-rs", "--hardware", "cpu", "--profile",
+                                           "smoke", "--onnx", f"good={good}", "--onnx", f"zero={zero}",
+                                           "--onnx", f"nan={nan}")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert "no verdict: the FP32 reference (onnxruntime) of graph 'zero.onnx': output 'logits' is all zero" in out
+    assert "graph 'nan.onnx': output 'logits' has" in out and "hardware output has non-finite" not in out
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "cpu", "--profile", "smoke",
+                                           "--onnx", f"zero={zero}")
+    assert result.ret == 5, result.stdout.str()
+
+
+def test_decisions_are_judged_where_an_output_holds_class_scores(tmp_path, pytester):
+    """An output named as class scores with a last axis over classes (per sample, or per position as a language
+    model's next-token logits) is judged by top-1 agreement with FP32 beside its SNR, at the six models' agreement
+    tiers; an output of other values (hidden states) is judged by its tensor metrics alone."""
+    from conformance.accuracy.metrics import decision_outputs, task_unit_metrics
+    assert decision_outputs({"logits": (4, 3), "next_token_logits": (4, 7, 50), "hidden": (4, 32), "scores": (4, 1),
+                             "probabilities": (4, 2)}) == ["logits", "next_token_logits", "probabilities"]
+    ref = {"logits": np.float32([[[0, 1, 2], [2, 1, 0]], [[1, 0, 0], [0, 0, 1]]])}
+    hw = {"logits": np.float32([[[0, 1, 2], [0, 1, 2]], [[1, 0, 0], [0, 0, 1]]])}
+    agreement = task_unit_metrics("onnx", ref, hw, {})["top1_agreement"]
+    assert agreement.value == 0.75 and agreement.units == 2  # per sample: the share of its positions that agree
+    rng = np.random.default_rng(1)
+    scores = _linear_graph(tmp_path / "scores.onnx", rng.standard_normal((4, 3)).astype(np.float32))
+    hidden = onnx.load(str(_linear_graph(tmp_path / "hidden.onnx", rng.standard_normal((4, 3)).astype(np.float32))))
+    hidden.graph.node[0].output[0] = hidden.graph.output[0].name = "hidden"
+    onnx.save(hidden, tmp_path / "hidden.onnx")
+    report = tmp_path / "report"
+    result = pytester.runpytest_subprocess(str(REPO / "conformance"), "-q", "--hardware", "ipu", "--profile", "smoke",
+                                           "--precision", "fp16", "--onnx", f"scores={scores}", "--onnx",
+                                           f"hidden={tmp_path / 'hidden.onnx'}", "--report-dir", str(report))
+    assert result.ret == 0, result.stdout.str()
+    records = json.loads((report / "results.json").read_text())["records"]
+    decisions = {r["model"]: r for r in records if r["check"].startswith("top1_agreement")}
+    assert set(decisions) == {"scores"} and decisions["scores"]["passed"] and decisions["scores"]["gating"]
+    assert decisions["scores"]["value"] == 1.0

@@ -13,6 +13,7 @@ against (for wide&deep, labels are drawn once from the FP32 click probabilities,
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -343,9 +344,34 @@ def task_unit_metrics(model_name: str, reference: dict, hardware: dict, inputs: 
         correct = (p_hw >= 0.5) == (labels != 0)
         return {"accuracy": mean_metric(correct),
                 "auc": auc_metric(p_hw, labels)}
-    if model_name in ("conformer", GRAPH_CASE):  # no task of its own: the tensor metrics judge it
+    if model_name == GRAPH_CASE:  # decisions where an output holds class scores; the tensor metrics judge the rest
+        names = decision_outputs({name: np.shape(value) for name, value in reference.items()})
+        if not names:
+            return {}
+        hits = [topk_positions(reference[name], hardware[name]) for name in names]
+        return {"top1_agreement": mean_metric(np.mean(np.concatenate(hits, axis=1), axis=1))}
+    if model_name == "conformer":  # no task of its own: the tensor metrics judge it
         return {}
     raise MetricError(f"no task metrics for model {model_name!r}; known: {', '.join(TASK_METRICS)}")
+
+
+DECISION_NAME = re.compile(r"logit|score|prob", re.IGNORECASE)
+
+
+def decision_outputs(shapes: dict) -> list[str]:
+    """The outputs of an imported graph that hold decisions, by name and shape: named as class scores (``logits``,
+    ``scores``, ``probabilities``) with a last axis over at least two classes, per sample (batch, classes) or per
+    position (batch, ..., classes: next-token logits)."""
+    return [name for name, shape in shapes.items() if DECISION_NAME.search(name) and len(shape) >= 2
+            and isinstance(shape[-1], (int, np.integer)) and shape[-1] >= 2]
+
+
+def topk_positions(reference, hardware) -> np.ndarray:
+    """(samples, positions): whether the hardware's top-1 class is the reference's at each position of each sample."""
+    ref, hw = np.asarray(reference), np.asarray(hardware)
+    if ref.shape != hw.shape:
+        raise MetricError(f"decision output of shape {hw.shape}, the reference's is {ref.shape}")
+    return (ref.argmax(axis=-1) == hw.argmax(axis=-1)).reshape(len(ref), -1)
 
 
 def task_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> dict[str, float]:

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 import onnxruntime
 
-from conformance.accuracy.metrics import MetricError
+from conformance.accuracy.metrics import MetricError, decision_outputs
 from conformance.datasets import DatasetError, EvaluationSet, load_dataset
 from conformance.graphs import runtime
 from conformance.graphs.interpreter import Interpreter, InterpreterError
@@ -340,11 +340,12 @@ class GraphCase:
 
     ``dataset`` / ``calibration``: a ``.npz`` path or a :class:`DataSource`; ``samples``: how many inputs are drawn
     (default :data:`DRAWN_SAMPLES`), or the first N of the data (default, or :data:`ALL`: all of it); ``preprocessing``:
-    the directory of the tokenizer or ``preprocessor_config.json`` a task's data is read with (as a checkpoint's)."""
+    the directory of the tokenizer or ``preprocessor_config.json`` a task's data is read with (as a checkpoint's);
+    ``calibrates``: whether the hardware has an FP8 precision, whose calibration inputs must then be drawable or given."""
 
     def __init__(self, name: str, path: Path, dataset: Path | DataSource | None = None,
                  calibration: Path | DataSource | None = None, *, samples: int | str | None = None,
-                 preprocessing: Path | None = None):
+                 preprocessing: Path | None = None, calibrates: bool = True):
         if not NAME.fullmatch(name):
             raise GraphCaseError(f"--onnx {name}=...: {name!r} is not a case name; expected lower-case letters, "
                                  "digits, '-' or '_', starting with a letter")
@@ -379,7 +380,7 @@ class GraphCase:
             raise GraphCaseError(f"--onnx {name}={path}: {reason}; give its inputs with --dataset {name}=FILE.npz")
         if calibration is not None:
             self.calibration = self._load(calibration, "--calibration", None)
-        elif self.evaluation is not None and self.model.drawable() is not None:
+        elif calibrates and self.evaluation is not None and self.model.drawable() is not None:
             raise GraphCaseError(f"--onnx {name}={path}: {self.model.drawable()}; give FP8 calibration inputs with "
                                  f"--calibration {name}=FILE.npz")
         try:  # onnxruntime builds the reference session now: a graph it cannot run is refused before any test
@@ -430,6 +431,33 @@ class GraphCase:
         """onnxruntime's FP32 outputs of ``inputs`` (never cached: the engine is the reference)."""
         return runtime.run(self._session, inputs, batch_size), False
 
+    def decides(self) -> bool:
+        """Whether an output holds decisions (class scores, next-token logits), judged by top-1 agreement with FP32."""
+        return bool(decision_outputs({name: ["batch", *dims] for name, dims in _output_dims(self.model).items()}))
+
+    def no_verdict(self, reference: dict[str, np.ndarray]) -> str | None:
+        """Why the FP32 reference cannot judge anything (None when it can): an output that is non-finite (the graph's
+        fault: a NaN or Inf weight or an overflowing step; its non-finite weights are named), all zero or constant on
+        the samples, against which every precision would score a perfect or meaningless figure."""
+        for name in self.model.output_names:
+            values = np.asarray(reference[name])
+            if values.dtype.kind != "f" or values.size == 0:
+                continue
+            where = f"the FP32 reference (onnxruntime) of graph {self.path.name!r}: output {name!r}"
+            bad = ~np.isfinite(values)
+            if bad.any():
+                weights = sorted(k for k, v in self.model.interpreter.constants.items()
+                                 if v.dtype.kind == "f" and np.isnan(v).any())
+                return (f"{where} has {int(bad.sum())} non-finite value(s) (NaN/Inf) of {values.size} on the "
+                        f"samples: the graph computes them, not the hardware"
+                        + (f" (weights holding NaN: {', '.join(weights[:5])}{', ...' if len(weights) > 5 else ''})"
+                           if weights else ""))
+            first = values.reshape(-1)[0]
+            if np.all(values == first):
+                return (f"{where} is {'all zero' if first == 0 else f'constant ({float(first):g})'} on the "
+                        f"{len(values)} samples: a vacuous reference, against which any precision scores perfectly")
+        return None
+
     def judged(self) -> dict[str, Any]:
         """What the report says was judged: the graph in the checkpoint's place (path, sha256, opset), its inputs and
         FP8 calibration data, and the engine of the FP32 reference."""
@@ -449,5 +477,6 @@ class GraphCase:
         if self.preprocessing is not None:
             out["preprocessing_from"] = str(Path(self.preprocessing).resolve())
         out["fp8_calibration"] = (self.calibration.provenance if self.calibration is not None
-                                  else drawn(CALIBRATION_SEED))
+                                  else drawn(CALIBRATION_SEED) if self.model.drawable() is None
+                                  else "none (the hardware has no FP8 precision)")
         return out

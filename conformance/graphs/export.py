@@ -269,6 +269,107 @@ class GraphOps(Ops):
         return self._unary("MaxPool", x, name, value, kernel_shape=list(as_pair(kernel)), strides=list(as_pair(stride)),
                            pads=[ph, pw, ph, pw])
 
+    # -- further ops (of imported graphs) ----------------------------------------------------------------------------
+    def maximum(self, a, b, *, name):
+        return self._binary("Max", a, b, name, self.values.maximum(value_of(a), value_of(b), name=name))
+
+    def minimum(self, a, b, *, name):
+        return self._binary("Min", a, b, name, self.values.minimum(value_of(a), value_of(b), name=name))
+
+    def mod(self, a, b, *, name):
+        value = self.values.mod(value_of(a), value_of(b), name=name)
+        batch_axis = broadcast_batch_axis([a, b], value.ndim)
+        return self._node("Mod", [self._f32(a, f"{name}.a"), self._f32(b, f"{name}.b")], name, value, batch_axis,
+                          fmod=1)
+
+    def _elementwise(self, op_type: str, method: str, x, name: str, **attributes) -> GraphTensor:
+        return self._unary(op_type, x, name, getattr(self.values, method)(value_of(x), name=name), **attributes)
+
+    def abs(self, x, *, name):
+        return self._elementwise("Abs", "abs", x, name)
+
+    def neg(self, x, *, name):
+        return self._elementwise("Neg", "neg", x, name)
+
+    def sign(self, x, *, name):
+        return self._elementwise("Sign", "sign", x, name)
+
+    def ceil(self, x, *, name):
+        return self._elementwise("Ceil", "ceil", x, name)
+
+    def floor(self, x, *, name):
+        return self._elementwise("Floor", "floor", x, name)
+
+    def exp(self, x, *, name):
+        return self._elementwise("Exp", "exp", x, name)
+
+    def log(self, x, *, name):
+        return self._elementwise("Log", "log", x, name)
+
+    def reciprocal(self, x, *, name):
+        return self._elementwise("Reciprocal", "reciprocal", x, name)
+
+    def hard_swish(self, x, *, name):
+        return self._elementwise("HardSwish", "hard_swish", x, name)
+
+    def hard_sigmoid(self, x, *, alpha, beta, name):
+        value = self.values.hard_sigmoid(value_of(x), alpha=alpha, beta=beta, name=name)
+        return self._unary("HardSigmoid", x, name, value, alpha=float(alpha), beta=float(beta))
+
+    def clip(self, x, low=None, high=None, *, name):
+        value = self.values.clip(value_of(x), low, high, name=name)
+        bounds = ["" if v is None else self.graph.constant(np.asarray(v, F32), f"{name}.{role}")
+                  for v, role in ((low, "min"), (high, "max"))]
+        return self._node("Clip", [self._f32(x, f"{name}.input"), *bounds], name, value, _batch_axis(x))
+
+    def cumsum(self, x, *, axis, exclusive=False, reverse=False, name):
+        value = self.values.cumsum(value_of(x), axis=axis, exclusive=exclusive, reverse=reverse, name=name)
+        _no_batch(x, "cumsum", [axis])
+        inputs = [self._f32(x, f"{name}.input"), self.graph.constant(np.asarray(axis, np.int64), f"{name}.axis")]
+        return self._node("CumSum", inputs, name, value, _batch_axis(x), exclusive=int(exclusive),
+                          reverse=int(reverse))
+
+    def sum(self, x, *, axis, keepdims=False, name):
+        value = self.values.sum(value_of(x), axis=axis, keepdims=keepdims, name=name)
+        ndim = np.ndim(value_of(x))
+        axes = sorted({int(a) % ndim for a in (axis if isinstance(axis, (tuple, list)) else (axis,))})
+        _no_batch(x, "sum", axes)
+        batch_axis = _batch_axis(x)
+        if batch_axis is not None and not keepdims:
+            batch_axis -= sum(a < batch_axis for a in axes)
+        inputs = [self._f32(x, f"{name}.input"), self.graph.constant(np.asarray(axes, np.int64), f"{name}.axes")]
+        return self._node("ReduceSum", inputs, name, value, batch_axis, keepdims=int(bool(keepdims)))
+
+    def instance_norm(self, x, gamma, beta, *, eps, name):
+        value = self.values.instance_norm(value_of(x), value_of(gamma), value_of(beta), eps=eps, name=name)
+        _no_batch(x, "instance_norm", range(1, np.ndim(value_of(x))))
+        inputs = [self._f32(x, f"{name}.input"), self._f32(gamma, f"{name}.weight"), self._f32(beta, f"{name}.bias")]
+        return self._node("InstanceNormalization", inputs, name, value, _batch_axis(x), epsilon=float(eps))
+
+    def interpolate(self, x, rows, cols, *, name):
+        """Two MatMuls by the constant interpolation matrices."""
+        value = self.values.interpolate(value_of(x), rows, cols, name=name)
+        if _batch_axis(x) not in (None, 0):
+            raise GraphError(f"{name}: interpolate input with its batch axis at {x.batch_axis}, not 0 (NCHW)")
+        node = self.graph.node_name(name)
+        left = self.graph.constant(np.asarray(rows, F32), f"{name}.rows")
+        right = self.graph.constant(np.ascontiguousarray(np.asarray(cols, F32).T), f"{name}.cols")
+        y = self._inner("MatMul", [left, self._f32(x, f"{name}.input")], node, "rows")[0]
+        return self._last("MatMul", [y, right], node, "cols", value, _batch_axis(x))
+
+    def avg_pool2d(self, x, divisor, *, kernel, stride, name):
+        """The window sums as a depthwise convolution by ones, divided by each window's count."""
+        value = self.values.avg_pool2d(value_of(x), divisor, kernel=kernel, stride=stride, name=name)
+        if _batch_axis(x) not in (None, 0):
+            raise GraphError(f"{name}: avg_pool2d input with its batch axis at {x.batch_axis}, not 0 (NCHW)")
+        channels = np.shape(value_of(x))[1]
+        ones = self.graph.constant(np.ones((channels, 1, *as_pair(kernel)), F32), f"{name}.window")
+        node = self.graph.node_name(name)
+        sums = self._inner("Conv", [self._f32(x, f"{name}.input"), ones], node, "sums", group=int(channels),
+                           kernel_shape=list(as_pair(kernel)), strides=list(as_pair(stride)))[0]
+        count = self.graph.constant(np.asarray(divisor, F32), f"{name}.count")
+        return self._last("Div", [sums, count], node, "Div", value, _batch_axis(x))
+
 
 # -- recording a model ---------------------------------------------------------------------------------------------
 @dataclass
@@ -291,12 +392,15 @@ class Recording:
 
 def record(model: Model, *, weights: str = "", version: str = "", batch_size: int = EXAMPLE_BATCH,
            seed: int = EXAMPLE_SEED, ops: Callable[[GraphBuilder], GraphOps] = GraphOps, precision: str = "fp32",
-           metadata: dict[str, str] | None = None, tolerance: float = VERIFY_TOLERANCE) -> Recording:
+           metadata: dict[str, str] | None = None, tolerance: float = VERIFY_TOLERANCE,
+           example: dict[str, np.ndarray] | None = None) -> Recording:
     """The ONNX graph of ``model``: its ``forward`` run through ``ops(graph)`` (:class:`GraphOps`: the FP32 graph) on
     ``batch_size`` samples of its own ``sample_inputs``. Inputs and outputs are named as the model's (float outputs
     as float32 whatever the graph computes in), the batch axis is dynamic (``batch``). ``weights`` (where the weights
-    came from), ``version``, ``precision`` and ``metadata`` go to the graph's metadata."""
-    example = model.sample_inputs(batch_size, seed=seed)
+    came from), ``version``, ``precision`` and ``metadata`` go to the graph's metadata. ``example``: inputs to record
+    on instead (their first ``batch_size`` rows), for a graph whose inputs cannot be drawn."""
+    example = (model.sample_inputs(batch_size, seed=seed) if example is None
+               else {name: np.asarray(value)[:batch_size] for name, value in example.items()})
     model.validate_inputs(example)
     graph = GraphBuilder({id(array): name for name, array in model.params.items()})
     for name in model.output_names:

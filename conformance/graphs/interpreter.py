@@ -11,10 +11,17 @@ suite's export writes them, Split/Sigmoid/Mul; the exact GELU as torch writes it
 interpreter calls the op itself, so that the rounding is the op's; Erf alone has no op and is refused.
 
 A graph is checked before it runs, each refusal an :class:`InterpreterError` naming what is wrong: not ONNX, failing
-``onnx.checker``, an opset below :data:`MIN_OPSET`, an operator outside :data:`SUPPORTED` (naming the node and the
-supported operators), a custom domain or a model-local function, tensors other than float32/int/bool, external data
-that is missing or outside the graph's folder. Nothing from a graph is executed as code: attributes are read as data
-and every operator maps to a fixed function here.
+``onnx.checker`` (its shape inference included), an opset below :data:`MIN_OPSET`, an operator outside
+:data:`SUPPORTED` (naming the node and the supported operators), a node of a custom domain (a domain imported and
+unused is ignored) or a model-local function, an optional output it does not compute, tensors other than
+float32/int/bool, external data that is missing, outside the graph's folder or of another size than its file and
+tensor state, a declared input beyond :data:`MAX_VALUE_BYTES` for one sample. Then the graph runs once on one sample
+through the FP32 reference ops (:meth:`Interpreter._dry_run`), so that an attribute value, a rank or a shape it
+cannot run is refused when it is read, not inside a test. Nothing from a graph is executed as code: attributes are
+read as data and every operator maps to a fixed function here.
+
+Run through a recording ops object (a precision graph written from the interpreter), an exact step on recorded
+values is written into that graph as the source graph's own node.
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper, numpy_helper
 
-from models.ops import Ops
+from conformance.graphs.tensor import GraphError, GraphTensor, value_of
+from models.ops import Ops, window_sums
 
 MIN_OPSET = 17  # LayerNormalization is a single ONNX op from opset 17 on
 MAX_GRAPH_BYTES = 2 ** 31 - 1  # a protobuf message holds at most 2 GiB: larger weights are external data
+MAX_VALUE_BYTES = 1 << 32  # the most one value of one sample may take (a declared input, an Expand, a Tile, a Pad)
 DOMAINS = ("", "ai.onnx")
 F32 = np.float32
 # Element types a graph may hold: float32 (its arithmetic is the backend's), integers and booleans (indices, masks).
@@ -39,6 +48,11 @@ TENSOR_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto
 
 class InterpreterError(ValueError):
     """A graph the interpreter cannot run as it is (the message names the node or the file and says why)."""
+
+
+class ValuesError(InterpreterError):
+    """A node that cannot run on these values (an index out of range, an integer division by zero): a fault of the
+    inputs or of the graph, which a run on other values may not meet."""
 
 
 def _array(x):
@@ -62,7 +76,7 @@ def _onnx_slice(x, starts, ends, axes, steps):
     for start, end, axis, step in zip(starts, ends, axes, steps):
         axis, dim, start, end, step = int(axis) % x.ndim, x.shape[int(axis) % x.ndim], int(start), int(end), int(step)
         if step == 0:
-            raise InterpreterError("Slice: a step of 0")
+            raise ValuesError("Slice: a step of 0")
         start = start + dim if start < 0 else start
         end = end + dim if end < 0 else end
         if step > 0:
@@ -73,12 +87,66 @@ def _onnx_slice(x, starts, ends, axes, steps):
     return x[tuple(index)]
 
 
+def _declared(value: onnx.ValueInfoProto) -> list:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in value.type.tensor_type.shape.dim]
+
+
+LARGE_WEIGHT = 1 << 16  # bytes: an initializer this large is checked by its shape, not copied into the checker
+
+
+def _without_large_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` for onnx.checker: its large initializers as graph inputs of their type and shape (the checker and its
+    shape inference read no weight's values; shapes and small constants are kept), so that checking does not copy
+    the weights (the checker serialises the model and parses it again, twice with its shape inference); the weights'
+    sizes are checked when they are read (:func:`numpy_helper.to_array`)."""
+    large = [t for t in model.graph.initializer if len(t.raw_data) > LARGE_WEIGHT]
+    if not large:
+        return model
+    light = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(light, field, getattr(model, field))
+    light.opset_import.extend(model.opset_import)
+    graph, names = light.graph, {t.name for t in large}
+    graph.name = model.graph.name
+    graph.node.extend(model.graph.node)
+    graph.input.extend(model.graph.input)
+    graph.output.extend(model.graph.output)
+    graph.value_info.extend(model.graph.value_info)
+    graph.initializer.extend(t for t in model.graph.initializer if t.name not in names)
+    declared = {v.name for v in model.graph.input}
+    graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large
+                       if t.name not in declared)
+    return light
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
+    """The bytes of an external tensor's raw data, from its dims and type (None for a type of no fixed size)."""
+    try:
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+    return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+
+
+def _budget(what: str, shape, dtype, shown: str | None = None) -> None:
+    """An InterpreterError when a value of ``shape`` (one sample) would take more than :data:`MAX_VALUE_BYTES`."""
+    count = 1
+    for d in shape:
+        if int(d) < 0:
+            raise InterpreterError(f"{what}: negative dimension in {tuple(shape)}")
+        count *= int(d)
+    size = count * np.dtype(dtype).itemsize
+    if size > MAX_VALUE_BYTES:
+        raise InterpreterError(f"{what} of shape {shown or tuple(int(d) for d in shape)} takes {size} bytes for one "
+                               f"sample, more than the {MAX_VALUE_BYTES} a value may take")
+
+
 class Interpreter:
     """A checked ONNX graph, ready to run through any :class:`Ops` (see the module docstring)."""
 
-    def __init__(self, graph, *, base_dir: str | os.PathLike | None = None):
+    def __init__(self, graph, *, base_dir: str | os.PathLike | None = None, check_run: bool = True):
         """``graph``: a path, serialised bytes or a ModelProto; ``base_dir``: where its external data lives (the
-        file's folder for a path)."""
+        file's folder for a path); ``check_run``: run it once on one sample (:meth:`_dry_run`)."""
         if isinstance(graph, (str, os.PathLike)):
             path = Path(graph)
             base_dir = path.parent if base_dir is None else base_dir
@@ -105,13 +173,18 @@ class Interpreter:
         self._check_structure()
         self._load_external_data(Path(base_dir) if base_dir is not None else None)
         try:
-            onnx.checker.check_model(self.model, full_check=True)
-        except onnx.checker.ValidationError as exc:
+            onnx.checker.check_model(_without_large_weights(self.model), full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
             raise InterpreterError(f"{self.source} fails onnx.checker: {str(exc).splitlines()[0]}") from None
         g = self.model.graph
         self.inputs = [v.name for v in g.input if v.name not in {t.name for t in g.initializer}]
         self.outputs = [v.name for v in g.output]
-        self.constants = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        self.constants = {}
+        for t in g.initializer:
+            try:
+                self.constants[t.name] = numpy_helper.to_array(t)
+            except (ValueError, TypeError) as exc:
+                raise InterpreterError(f"initializer {t.name!r} cannot be read ({exc})") from None
         self._weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for tensor in g.initializer:
             if tensor.data_type not in TENSOR_TYPES:
@@ -130,6 +203,48 @@ class Interpreter:
             if kind not in TENSOR_TYPES:
                 raise InterpreterError(f"graph input/output {value.name!r} is "
                                        f"{onnx.TensorProto.DataType.Name(kind)}; the interpreter runs FP32 graphs")
+        for value in g.input:
+            if value.name in self.inputs:
+                dims = _declared(value)
+                _budget(f"graph input {value.name!r}", [d if isinstance(d, int) else 1 for d in dims],
+                        onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type),
+                        shown=f"({', '.join(map(str, dims))})")
+        if check_run:
+            self._dry_run()
+
+    def _dry_run(self) -> None:
+        """Run the graph once through the FP32 reference ops on one sample (dynamic dimensions 1; floats seeded normal,
+        integers 0, booleans false), so that whatever it cannot run (an attribute value, a rank, shapes that do not
+        fit) is refused now, naming the node, and not inside a test."""
+        rng = np.random.default_rng(0)
+        inputs = {}
+        for value in self.model.graph.input:
+            if value.name in self.inputs:
+                dims = [d if isinstance(d, int) else 1 for d in _declared(value)]
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+                inputs[value.name] = (rng.standard_normal(dims).astype(dtype) if np.dtype(dtype).kind == "f"
+                                      else np.zeros(dims, dtype))
+        try:
+            with np.errstate(all="ignore"):
+                self.run(inputs, Ops())
+        except MemoryError:
+            raise InterpreterError(f"{self.source}: one sample does not fit in memory") from None
+        except InterpreterError as exc:
+            node = getattr(exc, "node", None)
+            if node is not None and isinstance(exc, ValuesError) and self._depends_on_values(node, exc.values):
+                return  # it failed on an index or size computed from the drawn values: the real inputs decide
+            raise
+
+    def _depends_on_values(self, node: onnx.NodeProto, values: dict) -> bool:
+        """Whether an integer or boolean input of ``node`` is computed from the values (not only the shapes) of the
+        graph's inputs."""
+        reach = set(self.inputs)
+        for n in self._nodes:
+            if n.op_type != "Shape" and any(name in reach for name in n.input):
+                reach.update(n.output)
+        parameters = node.input[1:] if node.op_type == "Resize" else ()  # its scales or sizes, whatever their type
+        return any(name in reach and (_array(values[name]).dtype.kind in "iub" or name in parameters)
+                   for name in node.input if name and name in values)
 
     # -- checks -----------------------------------------------------------------------------------------------------
     def _check_structure(self) -> None:
@@ -137,11 +252,8 @@ class Interpreter:
         if m.functions:
             raise InterpreterError(f"{self.source} defines model-local functions ({', '.join(f.name for f in m.functions)}); "
                                    "only the standard ONNX operators are run")
-        for opset in m.opset_import:
-            if opset.domain not in DOMAINS:
-                raise InterpreterError(f"{self.source} imports the custom domain {opset.domain!r}; only the standard "
-                                       "ONNX domain is run")
-            if opset.version < MIN_OPSET:
+        for opset in m.opset_import:  # a domain imported but used by no node (skl2onnx's ai.onnx.ml) is ignored
+            if opset.domain in DOMAINS and opset.version < MIN_OPSET:
                 raise InterpreterError(f"{self.source} has opset {opset.version}; opset {MIN_OPSET} or later is "
                                        "supported (convert it with onnx.version_converter)")
         for node in m.graph.node:
@@ -155,6 +267,11 @@ class Interpreter:
             for attribute in node.attribute:
                 if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                     raise InterpreterError(f"{where} holds a sub-graph; sub-graphs are not run")
+            computed = _OUTPUTS.get(node.op_type)
+            extra = [name for name in node.output[computed or len(node.output):] if name]
+            if computed is not None and extra:
+                raise InterpreterError(f"{where}: its optional output(s) {extra} are not computed; only its first "
+                                       f"{computed} output(s)")
 
     def _check_forms(self) -> None:
         """Operators run only inside a sub-graph form (Erf inside GELU) are refused before the graph runs."""
@@ -192,7 +309,19 @@ class Interpreter:
                                        f"folder {str(root)!r}")
             if not target.is_file():
                 raise InterpreterError(f"tensor {tensor.name!r}: external data file {str(target)!r} is missing")
-        external_data_helper.load_external_data_for_model(self.model, str(root))
+            info = external_data_helper.ExternalDataInfo(tensor)
+            offset, size = int(info.offset or 0), target.stat().st_size
+            length = int(info.length) if info.length else size - offset
+            expected = _tensor_bytes(tensor)
+            if offset < 0 or offset + length > size or (expected is not None and length != expected):
+                raise InterpreterError(
+                    f"tensor {tensor.name!r}: external data {location!r} does not match: offset {offset} and length "
+                    f"{length} in a file of {size} bytes, for a tensor of "
+                    f"{'unknown size' if expected is None else f'{expected} bytes'}")
+        try:
+            external_data_helper.load_external_data_for_model(self.model, str(root))
+        except (OSError, ValueError) as exc:
+            raise InterpreterError(f"{self.source}: its external data cannot be read ({exc})") from None
 
     # -- running ----------------------------------------------------------------------------------------------------
     def run(self, inputs: dict[str, np.ndarray], ops: Ops) -> dict[str, np.ndarray]:
@@ -214,16 +343,39 @@ class Interpreter:
                 continue
             args = [values[name] if name else None for name in node.input]
             try:
-                values.update(zip(node.output, _RUN[node.op_type](node, args, attrs, ops, constant, self)))
-            except (ValueError, IndexError) as exc:  # shapes that do not fit: named, not a numpy traceback
-                if isinstance(exc, InterpreterError):
+                if self._replays(node, args, constant):
+                    values.update(zip(node.output, _replay(node, args, attrs, constant, self)))
+                else:
+                    values.update(zip(node.output, _RUN[node.op_type](node, args, attrs, ops, constant, self)))
+            except (ValueError, IndexError, TypeError, KeyError, ArithmeticError) as exc:  # named, not a traceback
+                if isinstance(exc, GraphError):  # the graph being recorded cannot follow a step: its own error
                     raise
-                shapes = ", ".join(str(np.shape(a)) for a in args if a is not None)
-                raise InterpreterError(f"node {node.name!r} ({node.op_type}) on inputs of shapes {shapes}: {exc}") from None
+                if isinstance(exc, InterpreterError) and "node " in str(exc):
+                    error = exc
+                elif isinstance(exc, InterpreterError):
+                    error = type(exc)(f"node {node.name!r} ({node.op_type}): {exc}")
+                else:  # numpy's own failure on these operands: their shapes or values do not fit the node
+                    shapes = ", ".join(str(np.shape(a)) for a in args if a is not None)
+                    error = ValuesError(f"node {node.name!r} ({node.op_type}) on inputs of shapes {shapes}: {exc}")
+                error.node, error.values = node, values
+                raise error from None
             if node.op_type in _EXACT and all(name in constant for name in node.input if name) and not (
                     node.op_type == "Gather" and values[node.input[0]].dtype == F32):  # an embedding is an op
                 constant.update(node.output)
         return {name: values[name] for name in self.outputs}
+
+    def _replays(self, node: onnx.NodeProto, args: list, constant: set) -> bool:
+        """Whether ``node`` is an exact step on values being recorded into a graph (a precision graph written from
+        this interpreter): one that calls no op of the contract, written into that graph as it is."""
+        if not any(isinstance(a, GraphTensor) for a in args):
+            return False
+        if node.op_type in ("Identity", "Cast"):
+            return not (self.is_input(node.input[0]) and value_of(args[0]).dtype.kind == "f")
+        if node.op_type == "Gather":
+            return not (node.input[0] in constant and value_of(args[0]).dtype == F32)
+        if node.op_type in _EXACT:
+            return True
+        return node.op_type in _INTEGER_PATHS and _integers(*(value_of(a) for a in args if a is not None))
 
     def check_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         """An InterpreterError unless ``inputs`` has every graph input, of its element type and rank, with its fixed
@@ -288,8 +440,7 @@ def _matmul(node, args, attrs, ops, constant, interp):
 
 def _gemm(node, args, attrs, ops, constant, interp):
     a, b, c = (args + [None])[:3]
-    if attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
-        raise InterpreterError(f"node {node.name!r}: Gemm with alpha or beta other than 1 is not supported")
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
     a = a.T if attrs.get("transA", 0) else a
     name = _layer(node.name)
     if node.input[1] in constant:
@@ -297,19 +448,68 @@ def _gemm(node, args, attrs, ops, constant, interp):
         y = ops.linear(a, weight, None, name=name)
     else:
         y = ops.matmul(a, b.T if attrs.get("transB", 0) else b, name=name)
-    return [y if c is None else ops.add(y, c, name=f"{name}/bias")]
+    if alpha != 1.0:
+        y = ops.mul(y, np.float32(alpha), name=f"{name}/alpha")
+    if c is not None and beta != 1.0:
+        c = (np.asarray(c, F32) * np.float32(beta) if node.input[2] in constant
+             else ops.mul(c, np.float32(beta), name=f"{name}/beta"))
+    return [y if c is None or beta == 0.0 else ops.add(y, c, name=f"{name}/bias")]
 
 
 def _conv(node, args, attrs, ops, constant, interp):
     x, w, b = (args + [None])[:3]
-    if np.ndim(w) != 4 or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-        raise InterpreterError(f"node {node.name!r}: only 2-D Conv with explicit pads is supported")
-    pads = attrs.get("pads", [0, 0, 0, 0])
-    if pads[:2] != pads[2:]:
-        raise InterpreterError(f"node {node.name!r}: Conv pads {pads} are not the same on both sides")
-    return [ops.conv2d(x, w, b, stride=tuple(attrs.get("strides", (1, 1))), padding=tuple(pads[:2]),
-                       dilation=tuple(attrs.get("dilations", (1, 1))), groups=int(attrs.get("group", 1)),
-                       name=_layer(node.name))]
+    spatial = np.ndim(w) - 2
+    if spatial not in (1, 2):
+        raise InterpreterError(f"node {node.name!r}: Conv of {spatial} spatial dimension(s); 1-D and 2-D Conv are "
+                               "supported")
+    strides, dilations = _ints(attrs, "strides", spatial, 1), _ints(attrs, "dilations", spatial, 1)
+    begin, end = _pads(node, attrs, np.shape(x)[2:], np.shape(w)[2:], strides, dilations)
+    if begin != end:  # uneven padding: zeros added exactly, then a convolution without padding
+        x, begin = _pad_exact(x, begin, end, 0.0), [0] * spatial
+    if spatial == 1:  # a 1-D convolution is a 2-D one of height 1
+        x, w = x[:, :, None, :], w[:, :, None, :]
+        strides, dilations, begin = (1, *strides), (1, *dilations), [0, *begin]
+    y = ops.conv2d(x, w, b, stride=tuple(strides), padding=tuple(begin), dilation=tuple(dilations),
+                   groups=int(attrs.get("group", 1)), name=_layer(node.name))
+    return [y[:, :, 0, :] if spatial == 1 else y]
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ints(attrs, key, count, default) -> list[int]:
+    value = [int(v) for v in attrs.get(key, [default] * count)]
+    if len(value) != count:
+        raise InterpreterError(f"attribute {key} {value} has {len(value)} values for {count} spatial dimension(s)")
+    return value
+
+
+def _pads(node, attrs, sizes, kernel, strides, dilations) -> tuple[list[int], list[int]]:
+    """(begin, end) pads of a Conv or pooling node over spatial ``sizes``: ``pads``, or ``auto_pad`` resolved as ONNX
+    resolves it (SAME_UPPER puts the odd pad at the end, SAME_LOWER at the beginning, VALID none)."""
+    spatial = len(sizes)
+    auto = _text(attrs.get("auto_pad", "NOTSET"))
+    if auto == "NOTSET":
+        pads = _ints(attrs, "pads", 2 * spatial, 0)
+        return pads[:spatial], pads[spatial:]
+    if auto == "VALID":
+        return [0] * spatial, [0] * spatial
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise InterpreterError(f"node {node.name!r}: auto_pad {auto!r} is not one of NOTSET, VALID, SAME_UPPER, "
+                               "SAME_LOWER")
+    begin, end = [], []
+    for n, k, s, d in zip(sizes, kernel, strides, dilations):
+        total = max((-(-int(n) // s) - 1) * s + (int(k) - 1) * d + 1 - int(n), 0)
+        small, large = total // 2, total - total // 2
+        begin.append(small if auto == "SAME_UPPER" else large)
+        end.append(large if auto == "SAME_UPPER" else small)
+    return begin, end
+
+
+def _pad_exact(x, begin, end, value):
+    """``x`` (N, C, spatial...) with ``value`` added before and after its spatial axes (an exact step)."""
+    return np.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)), constant_values=value)
 
 
 _INTEGER_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
@@ -333,7 +533,7 @@ def _div(node, args, attrs, ops, constant, interp):
     if _integers(a, b):  # ONNX's integer division truncates towards zero
         a, b = np.asarray(a), np.asarray(b)
         if not np.all(b):
-            raise InterpreterError(f"node {node.name!r}: integer Div by zero")
+            raise ValuesError(f"node {node.name!r}: integer Div by zero")
         quotient = np.abs(a) // np.abs(b)
         return [(np.sign(a) * np.sign(b) * quotient).astype(np.result_type(a, b))]
     if node.input[1] in constant:
@@ -369,10 +569,28 @@ def _softmax(node, args, attrs, ops, constant, interp):
 
 def _layer_norm(node, args, attrs, ops, constant, interp):
     x, gamma, beta = (args + [None])[:3]
-    if int(attrs.get("axis", -1)) % np.ndim(x) != np.ndim(x) - 1:
-        raise InterpreterError(f"node {node.name!r}: LayerNormalization over axes other than the last is not supported")
+    axis = int(attrs.get("axis", -1)) % np.ndim(x)
     beta = np.zeros_like(gamma) if beta is None else beta
-    return [ops.layer_norm(x, gamma, beta, eps=float(attrs.get("epsilon", 1e-5)), name=_layer(node.name))]
+    eps = float(attrs.get("epsilon", 1e-5))
+    name = _layer(node.name)
+    if axis == np.ndim(x) - 1 and np.ndim(gamma) <= 1 and np.ndim(beta) <= 1:
+        y = ops.layer_norm(x, gamma, beta, eps=eps, name=name)
+    else:  # over several trailing axes: the same statistics over them flattened into one
+        trailing = tuple(np.shape(x)[axis:])
+        flat = (int(np.prod(trailing)),)
+        y = ops.layer_norm(np.reshape(x, (*np.shape(x)[:axis], -1)), np.broadcast_to(gamma, trailing).reshape(flat),
+                           np.broadcast_to(beta, trailing).reshape(flat), eps=eps, name=name)
+        y = np.reshape(y, np.shape(x))
+    if not any(node.output[1:]):
+        return [y]
+    # the optional Mean and InvStdDev outputs, as ops of their own
+    axes = tuple(range(axis, np.ndim(x)))
+    mean = ops.mean(x, axis=axes, keepdims=True, name=f"{name}/mean")
+    centred = ops.sub(x, mean, name=f"{name}/centred")
+    var = ops.mean(ops.mul(centred, centred, name=f"{name}/square"), axis=axes, keepdims=True, name=f"{name}/variance")
+    inv = ops.reciprocal(ops.sqrt(ops.add(var, np.float32(eps), name=f"{name}/epsilon"), name=f"{name}/std"),
+                         name=f"{name}/inv_std")
+    return [y, mean, inv]
 
 
 def _batch_norm(node, args, attrs, ops, constant, interp):
@@ -388,16 +606,108 @@ def _reduce_mean(node, args, attrs, ops, constant, interp):
     return [ops.mean(x, axis=axes, keepdims=bool(attrs.get("keepdims", 1)), name=_layer(node.name))]
 
 
+def _reduce_axes(node, args, attrs):
+    x = args[0]
+    axes = args[1] if len(args) > 1 and args[1] is not None else attrs.get("axes")
+    if axes is None or len(axes) == 0:
+        if int(attrs.get("noop_with_empty_axes", 0)):
+            return None
+        return tuple(range(np.ndim(x)))
+    return tuple(int(a) % max(np.ndim(x), 1) for a in np.ravel(axes))
+
+
+def _reduce_sum(node, args, attrs, ops, constant, interp):
+    axes, keepdims = _reduce_axes(node, args, attrs), bool(attrs.get("keepdims", 1))
+    if axes is None:
+        return [args[0]]
+    if _integers(args[0]):
+        return [np.sum(args[0], axis=axes, keepdims=keepdims, dtype=_array(args[0]).dtype)]
+    return [ops.sum(args[0], axis=axes, keepdims=keepdims, name=_layer(node.name))]
+
+
+def _reduce_select(fn, largest):
+    """ReduceMax / ReduceMin: a value of the input is selected, exactly (over an empty axis, the identity: the
+    lowest value of the type for a maximum, the highest for a minimum)."""
+    def run(node, args, attrs, ops, constant, interp):
+        x = np.asarray(args[0])
+        axes = _reduce_axes(node, args, attrs)
+        if axes is None:
+            return [x]
+        if x.dtype == np.bool_:
+            identity = not largest
+        elif x.dtype.kind == "f":
+            identity = -np.inf if largest else np.inf
+        else:
+            identity = np.iinfo(x.dtype).min if largest else np.iinfo(x.dtype).max
+        return [fn(x, axis=axes, keepdims=bool(attrs.get("keepdims", 1)), initial=identity)]
+    return run
+
+
 def _global_average_pool(node, args, attrs, ops, constant, interp):
-    return [ops.mean(args[0], axis=(2, 3), keepdims=True, name=_layer(node.name))]
+    return [ops.mean(args[0], axis=tuple(range(2, np.ndim(args[0]))), keepdims=True, name=_layer(node.name))]
+
+
+def _pool_geometry(node, attrs, x):
+    """(kernel, strides, begin pads, end pads) of a 1-D or 2-D pooling node, the end pads grown for ``ceil_mode``
+    (the extra positions beyond the stated pads, which no window average counts), and those extra positions."""
+    kernel = [int(k) for k in attrs["kernel_shape"]]
+    spatial = len(kernel)
+    if spatial not in (1, 2) or np.ndim(x) != spatial + 2:
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} of {spatial} spatial dimension(s) on a tensor of "
+                               f"rank {np.ndim(x)}; 1-D and 2-D pooling are supported")
+    dilations = _ints(attrs, "dilations", spatial, 1)
+    if any(d != 1 for d in dilations):
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} with dilations {dilations} is not supported")
+    if int(attrs.get("storage_order", 0)):
+        raise InterpreterError(f"node {node.name!r}: MaxPool with storage_order=1 is not supported")
+    strides = _ints(attrs, "strides", spatial, 1)
+    sizes = np.shape(x)[2:]
+    begin, end = _pads(node, attrs, sizes, kernel, strides, dilations)
+    extra = [0] * spatial
+    if int(attrs.get("ceil_mode", 0)):
+        for i, (n, k, s) in enumerate(zip(sizes, kernel, strides)):
+            span = n + begin[i] + end[i] - k
+            out = -(-span // s) + 1
+            if (out - 1) * s >= n + begin[i]:  # a last window starting in the end padding is dropped
+                out -= 1
+            extra[i] = max((out - 1) * s + k - (n + begin[i] + end[i]), 0)
+    return kernel, strides, begin, end, extra
+
+
+def _as_2d(x, spatial):
+    return x[:, :, None, :] if spatial == 1 else x
 
 
 def _max_pool(node, args, attrs, ops, constant, interp):
-    pads = attrs.get("pads", [0, 0, 0, 0])
-    if pads[:2] != pads[2:] or attrs.get("ceil_mode", 0) or any(d != 1 for d in attrs.get("dilations", (1, 1))):
-        raise InterpreterError(f"node {node.name!r}: MaxPool with uneven pads, ceil_mode or dilations is not supported")
-    return [ops.max_pool2d(args[0], kernel=tuple(attrs["kernel_shape"]), stride=tuple(attrs.get("strides", (1, 1))),
-                           padding=tuple(pads[:2]), name=_layer(node.name))]
+    x = args[0]
+    kernel, strides, begin, end, extra = _pool_geometry(node, attrs, x)
+    end = [e + x_ for e, x_ in zip(end, extra)]
+    if any(begin) or any(end):  # -inf added exactly: a window's maximum is that of its elements
+        x = _pad_exact(x, begin, end, -np.inf)
+    spatial = len(kernel)
+    y = ops.max_pool2d(_as_2d(x, spatial), kernel=tuple([1] * (2 - spatial) + kernel),
+                       stride=tuple([1] * (2 - spatial) + strides), padding=0, name=_layer(node.name))
+    return [y[:, :, 0, :] if spatial == 1 else y]
+
+
+def _average_pool(node, args, attrs, ops, constant, interp):
+    x = args[0]
+    kernel, strides, begin, end, extra = _pool_geometry(node, attrs, x)
+    spatial = len(kernel)
+    # the count of each window: its input elements, with the stated pads when count_include_pad (never the extra)
+    counted = np.ones((1, 1, *np.shape(x)[2:]), F32)
+    if int(attrs.get("count_include_pad", 0)):
+        counted = np.pad(counted, [(0, 0), (0, 0)] + list(zip(begin, end)), constant_values=1.0)
+        counted = np.pad(counted, [(0, 0), (0, 0)] + [(0, e) for e in extra])
+    else:
+        counted = np.pad(counted, [(0, 0), (0, 0)] + [(b, e + x_) for b, e, x_ in zip(begin, end, extra)])
+    end = [e + x_ for e, x_ in zip(end, extra)]
+    if any(begin) or any(end):
+        x = _pad_exact(x, begin, end, 0.0)
+    k2, s2 = tuple([1] * (2 - spatial) + kernel), tuple([1] * (2 - spatial) + strides)
+    divisor = window_sums(_as_2d(counted, spatial), k2, s2)[0, 0]
+    y = ops.avg_pool2d(_as_2d(x, spatial), divisor, kernel=k2, stride=s2, name=_layer(node.name))
+    return [y[:, :, 0, :] if spatial == 1 else y]
 
 
 def _gather(node, args, attrs, ops, constant, interp):
@@ -459,8 +769,9 @@ def _split(node, args, attrs, ops, constant, interp):
 
 def _flatten(node, args, attrs, ops, constant, interp):
     x = args[0]
-    axis = int(attrs.get("axis", 1)) % (np.ndim(x) + 1)
-    return [np.reshape(x, (int(np.prod(x.shape[:axis])), -1))]
+    axis = int(attrs.get("axis", 1))
+    axis = axis + np.ndim(x) if axis < 0 else axis
+    return [np.reshape(x, (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))))]
 
 
 def _shape(node, args, attrs, ops, constant, interp):
@@ -485,6 +796,7 @@ def _elementwise_exact(fn):
 
 def _constant_of_shape(node, args, attrs, ops, constant, interp):
     value = numpy_helper.to_array(attrs["value"]).reshape(-1) if "value" in attrs else np.zeros(1, F32)
+    _budget(f"node {node.name!r} (ConstantOfShape)", [int(d) for d in args[0]], value.dtype)
     return [np.full(tuple(int(d) for d in args[0]), value[0], value.dtype)]
 
 
@@ -496,14 +808,290 @@ def _erf(node, args, attrs, ops, constant, interp):
 def _range(node, args, attrs, ops, constant, interp):
     start, limit, delta = (np.asarray(a).reshape(()) for a in args)
     if delta == 0:
-        raise InterpreterError(f"node {node.name!r}: Range with a delta of 0")
+        raise ValuesError(f"node {node.name!r}: Range with a delta of 0")
     count = max(int(np.ceil((limit - start) / delta)), 0)  # ONNX's number of elements
+    _budget(f"node {node.name!r} (Range)", [count], start.dtype)
     return [(start + delta * np.arange(count, dtype=start.dtype)).astype(start.dtype)]
 
 
 def _expand(node, args, attrs, ops, constant, interp):
     x, shape = args
-    return [np.broadcast_to(x, np.broadcast_shapes(np.shape(x), tuple(int(d) for d in shape))).copy()]
+    shape = np.broadcast_shapes(np.shape(x), tuple(int(d) for d in shape))
+    _budget(f"node {node.name!r} (Expand)", shape, _array(x).dtype)
+    return [np.broadcast_to(x, shape).copy()]
+
+
+def _unary_float(method, exact=None):
+    """An elementwise op of one input: a float one through ``ops.<method>``, an integer one by ``exact`` in numpy."""
+    def run(node, args, attrs, ops, constant, interp):
+        if _integers(args[0]):
+            if exact is None:
+                raise InterpreterError(f"node {node.name!r}: {node.op_type} of {_array(args[0]).dtype} is not "
+                                       "supported (float32 only)")
+            return [exact(args[0]).astype(_array(args[0]).dtype)]
+        return [getattr(ops, method)(args[0], name=_layer(node.name))]
+    return run
+
+
+def _variadic(method, exact):
+    """Max / Min of any number of inputs, broadcast: pairwise through ``ops.<method>`` (exact in numpy for integers)."""
+    def run(node, args, attrs, ops, constant, interp):
+        y = args[0]
+        for i, other in enumerate(args[1:], 1):
+            if _integers(y, other):
+                y = exact(y, other)
+            else:
+                y = getattr(ops, method)(y, other, name=_layer(node.name) + (f"/{i}" if len(args) > 2 else ""))
+        return [y if len(args) > 1 else (np.array(y) if _integers(y) else ops.maximum(y, y, name=_layer(node.name)))]
+    return run
+
+
+def _clip(node, args, attrs, ops, constant, interp):
+    x = args[0]
+    bounds = []
+    for position in (1, 2):
+        bound = args[position] if len(args) > position else None
+        if bound is not None and np.size(bound) != 1:
+            raise InterpreterError(f"node {node.name!r}: Clip bounds must be scalars (input {position} has shape "
+                                   f"{np.shape(bound)})")
+        bounds.append(None if bound is None else np.asarray(bound).reshape(()))
+    if _integers(x):
+        low, high = bounds
+        y = np.asarray(x)
+        y = y if low is None else np.maximum(y, low)
+        return [(y if high is None else np.minimum(y, high)).astype(np.asarray(x).dtype)]
+    low, high = (None if b is None else float(b) for b in bounds)
+    return [ops.clip(x, low, high, name=_layer(node.name))]
+
+
+def _mod(node, args, attrs, ops, constant, interp):
+    a, b = args
+    fmod = int(attrs.get("fmod", 0))
+    if _integers(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        if not np.all(b):
+            raise ValuesError(f"node {node.name!r}: integer Mod by zero")
+        return [(np.fmod(a, b) if fmod else np.mod(a, b)).astype(np.result_type(a, b))]
+    if not fmod:
+        raise InterpreterError(f"node {node.name!r}: Mod of floats needs fmod=1 (ONNX defines no other)")
+    return [ops.mod(a, b, name=_layer(node.name))]
+
+
+def _hard_sigmoid(node, args, attrs, ops, constant, interp):
+    return [ops.hard_sigmoid(args[0], alpha=float(attrs.get("alpha", 0.2)), beta=float(attrs.get("beta", 0.5)),
+                             name=_layer(node.name))]
+
+
+def _cumsum(node, args, attrs, ops, constant, interp):
+    x, axis = args
+    if np.size(axis) != 1:
+        raise InterpreterError(f"node {node.name!r}: CumSum axis must be a scalar")
+    axis = int(np.asarray(axis).reshape(())) % max(np.ndim(x), 1)
+    exclusive, reverse = bool(attrs.get("exclusive", 0)), bool(attrs.get("reverse", 0))
+    if _integers(x):
+        x = np.asarray(x)
+        y = np.flip(x, axis) if reverse else x
+        y = np.cumsum(y, axis=axis, dtype=x.dtype)
+        if exclusive:
+            y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)), np.take(y, range(y.shape[axis] - 1),
+                                                                                    axis=axis)], axis=axis)
+        return [np.ascontiguousarray(np.flip(y, axis) if reverse else y)]
+    return [ops.cumsum(x, axis=axis, exclusive=exclusive, reverse=reverse, name=_layer(node.name))]
+
+
+def _instance_norm(node, args, attrs, ops, constant, interp):
+    x, scale, bias = args
+    if np.ndim(x) < 3:
+        raise InterpreterError(f"node {node.name!r}: InstanceNormalization of a tensor of rank {np.ndim(x)}; "
+                               "(N, C, spatial...) expected")
+    return [ops.instance_norm(x, scale, bias, eps=float(attrs.get("epsilon", 1e-5)), name=_layer(node.name))]
+
+
+def _einsum(node, args, attrs, ops, constant, interp):
+    """Einsum as exporters write it: a transpose of one operand, or a (batched) matrix product of two: letters in
+    both operands and the output are batch axes, in both and not the output contracted, in one operand and the output
+    free; it runs as one ``matmul`` (``linear`` with a constant operand and no batch axes)."""
+    equation = _text(attrs["equation"]).replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    refuse = f"node {node.name!r}: Einsum {equation!r} is not supported"
+    if "..." in equation or not all(t.isalpha() for t in terms) or any(len(set(t)) != len(t) for t in terms):
+        raise InterpreterError(f"{refuse} (ellipses and repeated letters are not)")
+    if not arrow:  # implicit output: the letters seen once, in alphabetical order
+        out = "".join(sorted(c for c in set(lhs) if lhs.count(c) == 1))
+    if len(terms) == 1:
+        if sorted(out) != sorted(terms[0]):
+            raise InterpreterError(f"{refuse} (of one operand, only a transpose is)")
+        return [np.transpose(args[0], [terms[0].index(c) for c in out])]
+    if len(terms) != 2 or len(args) != 2:
+        raise InterpreterError(f"{refuse} (of two operands or one)")
+    (sa, sb), (a, b) = terms, args
+    if any(np.ndim(v) != len(t) for v, t in zip((a, b), terms)) or set(out) - set(sa + sb):
+        raise InterpreterError(f"{refuse} on operands of shapes {np.shape(a)}, {np.shape(b)}")
+    batch = [c for c in out if c in sa and c in sb]
+    contracted = [c for c in sa if c in sb and c not in out]
+    free_a, free_b = [c for c in sa if c not in sb], [c for c in sb if c not in sa]
+    if any(c not in out for c in free_a + free_b):
+        raise InterpreterError(f"{refuse} (a letter of one operand only is summed over)")
+    size = {c: n for t, v in zip(terms, (a, b)) for c, n in zip(t, np.shape(v))}
+    if any(np.shape(a)[sa.index(c)] != np.shape(b)[sb.index(c)] for c in batch + contracted):
+        raise InterpreterError(f"{refuse}: operands of shapes {np.shape(a)}, {np.shape(b)} do not fit")
+    dims = lambda letters: [size[c] for c in letters]  # noqa: E731
+    prod = lambda letters: int(np.prod(dims(letters), dtype=np.int64))  # noqa: E731
+    am = np.reshape(np.transpose(a, [sa.index(c) for c in batch + free_a + contracted]),
+                    (*dims(batch), prod(free_a), prod(contracted)))
+    bm = np.reshape(np.transpose(b, [sb.index(c) for c in batch + contracted + free_b]),
+                    (*dims(batch), prod(contracted), prod(free_b)))
+    name = _layer(node.name)
+    if not batch and node.input[1] in constant:
+        y = ops.linear(am, interp.weight(node.input[1] + "/" + node.name, bm), None, name=name)
+    else:
+        y = ops.matmul(am, bm, name=name)
+    produced = batch + free_a + free_b
+    return [np.transpose(np.reshape(y, dims(produced)), [produced.index(c) for c in out])]
+
+
+def _gather_elements(node, args, attrs, ops, constant, interp):
+    data, indices = args
+    axis = int(attrs.get("axis", 0)) % np.ndim(data)
+    indices = np.asarray(indices, np.int64)
+    n = np.shape(data)[axis]
+    if indices.size and (indices.min() < -n or indices.max() >= n):
+        raise ValuesError(f"node {node.name!r}: GatherElements indices outside [-{n}, {n})")
+    return [np.take_along_axis(data, np.where(indices < 0, indices + n, indices), axis=axis)]
+
+
+def _gather_nd(node, args, attrs, ops, constant, interp):
+    data, indices = np.asarray(args[0]), np.asarray(args[1], np.int64)
+    batch = int(attrs.get("batch_dims", 0))
+    depth = indices.shape[-1]
+    if batch + depth > data.ndim:
+        raise InterpreterError(f"node {node.name!r}: GatherND indices of depth {depth} into data of rank {data.ndim} "
+                               f"with batch_dims {batch}")
+    lead = data.shape[:batch]
+    bound = np.asarray(data.shape[batch: batch + depth])
+    idx = np.where(indices < 0, indices + bound, indices)
+    if idx.size and (np.any(idx < 0) or np.any(idx >= bound)):
+        raise ValuesError(f"node {node.name!r}: GatherND indices outside the data's shape {data.shape}")
+    flat_data = data.reshape((int(np.prod(lead, dtype=np.int64)), *data.shape[batch:]))
+    flat_idx = idx.reshape((flat_data.shape[0], -1, depth))
+    rows = [flat_data[b][tuple(flat_idx[b].T)] for b in range(flat_data.shape[0])]
+    out = np.stack(rows) if rows else np.zeros((0, flat_idx.shape[1], *data.shape[batch + depth:]), data.dtype)
+    return [out.reshape((*indices.shape[:-1], *data.shape[batch + depth:]))]
+
+
+def _scatter_nd(node, args, attrs, ops, constant, interp):
+    data, indices, updates = np.asarray(args[0]), np.asarray(args[1], np.int64), np.asarray(args[2])
+    if _text(attrs.get("reduction", "none")) != "none":
+        raise InterpreterError(f"node {node.name!r}: ScatterND with reduction {_text(attrs['reduction'])!r} is not "
+                               "supported")
+    out = data.copy()
+    depth = indices.shape[-1]
+    for index, update in zip(indices.reshape(-1, depth), updates.reshape((-1, *data.shape[depth:]))):
+        out[tuple(index)] = update
+    return [out]
+
+
+def _tile(node, args, attrs, ops, constant, interp):
+    x, repeats = args
+    repeats = [int(r) for r in np.ravel(repeats)]
+    _budget(f"node {node.name!r} (Tile)", [n * r for n, r in zip(np.shape(x), repeats)], _array(x).dtype)
+    return [np.tile(x, repeats)]
+
+
+def _pad(node, args, attrs, ops, constant, interp):
+    x, pads = args[0], [int(p) for p in np.ravel(args[1])]
+    value = args[2] if len(args) > 2 and args[2] is not None else None
+    rank = np.ndim(x)
+    axes = ([int(a) % rank for a in np.ravel(args[3])] if len(args) > 3 and args[3] is not None
+            else list(range(rank)))
+    if len(pads) != 2 * len(axes):
+        raise InterpreterError(f"node {node.name!r}: Pad has {len(pads)} pads for {len(axes)} axes")
+    widths = [(0, 0)] * rank
+    for i, axis in enumerate(axes):
+        widths[axis] = (pads[i], pads[i + len(axes)])
+    mode = _text(attrs.get("mode", "constant"))
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise InterpreterError(f"node {node.name!r}: Pad mode {mode!r} is not supported")
+    shape = [n + a + b for n, (a, b) in zip(np.shape(x), widths)]
+    _budget(f"node {node.name!r} (Pad)", [max(d, 0) for d in shape], _array(x).dtype)
+    crop = tuple(slice(max(-a, 0), n - max(-b, 0)) for n, (a, b) in zip(np.shape(x), widths))
+    x = x[crop]  # negative pads remove elements
+    widths = [(max(a, 0), max(b, 0)) for a, b in widths]
+    if mode == "constant":
+        fill = 0 if value is None else np.asarray(value).reshape(())
+        return [np.pad(x, widths, mode="constant", constant_values=fill)]
+    if any(n == 0 for n in np.shape(x)) and any(a or b for a, b in widths):
+        raise InterpreterError(f"node {node.name!r}: Pad mode {mode!r} of an empty axis")
+    return [np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])]
+
+
+def _resize_coordinates(mode: str, out_size: int, in_size: int, scale: float) -> np.ndarray:
+    """The input coordinate of each output position along one axis (ONNX's coordinate_transformation_mode)."""
+    o = np.arange(out_size, dtype=np.float64)
+    if mode == "align_corners":  # the resized length is in_size * scale, not rounded (as ONNX defines it)
+        length = in_size * scale
+        return o * (in_size - 1) / (length - 1) if length != 1 else np.zeros(out_size)
+    if mode == "asymmetric":
+        return o / scale
+    if mode == "pytorch_half_pixel" and out_size == 1:
+        return np.zeros(1)
+    return (o + 0.5) / scale - 0.5  # half_pixel, pytorch_half_pixel
+
+
+def _resize(node, args, attrs, ops, constant, interp):
+    """Resize of the spatial axes of an (N, C, H, W) or (N, C, L) tensor: ``nearest`` as an exact selection of input
+    elements, ``linear`` as one ``interpolate`` op (each output a weighted sum of its two or four neighbours)."""
+    x, _, scales, sizes = (list(args) + [None] * 4)[:4]
+    refuse = f"node {node.name!r}: Resize"
+    mode = _text(attrs.get("mode", "nearest"))
+    transform = _text(attrs.get("coordinate_transformation_mode", "half_pixel"))
+    if mode not in ("nearest", "linear"):
+        raise InterpreterError(f"{refuse} mode {mode!r} is not supported (nearest and linear are)")
+    if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
+        raise InterpreterError(f"{refuse} coordinate_transformation_mode {transform!r} is not supported")
+    if int(attrs.get("antialias", 0)) or int(attrs.get("exclude_outside", 0)) or "axes" in attrs or \
+            _text(attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
+        raise InterpreterError(f"{refuse} with antialias, exclude_outside, axes or a keep_aspect_ratio_policy is not "
+                               "supported")
+    shape = tuple(int(d) for d in np.shape(x))
+    if sizes is not None and np.size(sizes):
+        out = [int(v) for v in np.ravel(sizes)]
+        factors = [o / i if i else 1.0 for o, i in zip(out, shape)]
+    elif scales is not None and np.size(scales):
+        factors = [float(v) for v in np.ravel(scales)]
+        out = [int(np.floor(i * f)) for i, f in zip(shape, factors)]
+    else:
+        raise InterpreterError(f"{refuse} without scales or sizes")
+    if len(out) != len(shape) or len(shape) not in (3, 4) or tuple(out[:2]) != shape[:2] or min(out) < 1:
+        raise ValuesError(f"{refuse} of a tensor of shape {shape} to {tuple(out)}: only the spatial axes of an "
+                               "(N, C, H, W) or (N, C, L) tensor are resized")
+    _budget(f"node {node.name!r} (Resize)", out, _array(x).dtype)
+    coords = [_resize_coordinates(transform, o, i, f) for o, i, f in zip(out[2:], shape[2:], factors[2:])]
+    if mode == "nearest":
+        rounding = _text(attrs.get("nearest_mode", "round_prefer_floor"))
+        pick = {"round_prefer_floor": lambda c: np.ceil(c - 0.5), "round_prefer_ceil": lambda c: np.floor(c + 0.5),
+                "floor": np.floor, "ceil": np.ceil}.get(rounding)
+        if pick is None:
+            raise InterpreterError(f"{refuse} nearest_mode {rounding!r} is not supported")
+        y = x
+        for axis, (c, size) in enumerate(zip(coords, shape[2:]), 2):
+            y = np.take(y, np.clip(pick(c), 0, size - 1).astype(np.int64), axis=axis)
+        return [y]
+    matrices = []
+    for c, size in zip(coords, shape[2:]):
+        c = np.clip(c, 0, size - 1)
+        low = np.floor(c).astype(np.int64)
+        high = np.minimum(low + 1, size - 1)
+        weight = c - low
+        matrix = np.zeros((len(c), size))
+        np.add.at(matrix, (np.arange(len(c)), low), 1 - weight)
+        np.add.at(matrix, (np.arange(len(c)), high), weight)
+        matrices.append(matrix.astype(F32))
+    if len(shape) == 3:
+        y = ops.interpolate(x[:, :, None, :], np.ones((1, 1), F32), matrices[0], name=_layer(node.name))
+        return [y[:, :, 0, :]]
+    return [ops.interpolate(x, matrices[0], matrices[1], name=_layer(node.name))]
 
 
 _RUN = {
@@ -522,13 +1110,62 @@ _RUN = {
     "Greater": _elementwise_exact(np.greater), "GreaterOrEqual": _elementwise_exact(np.greater_equal),
     "Less": _elementwise_exact(np.less), "LessOrEqual": _elementwise_exact(np.less_equal),
     "IsNaN": _elementwise_exact(np.isnan), "Where": _elementwise_exact(np.where), "Range": _range,
+    "AveragePool": _average_pool, "Pad": _pad, "Tile": _tile, "CumSum": _cumsum,
+    "GatherElements": _gather_elements, "GatherND": _gather_nd, "ScatterND": _scatter_nd,
+    "InstanceNormalization": _instance_norm, "Einsum": _einsum,
+    "Max": _variadic("maximum", np.maximum), "Min": _variadic("minimum", np.minimum),
+    "Abs": _unary_float("abs", np.abs), "Neg": _unary_float("neg", np.negative), "Sign": _unary_float("sign", np.sign),
+    "Ceil": _unary_float("ceil"), "Floor": _unary_float("floor"), "Exp": _unary_float("exp"),
+    "Log": _unary_float("log"), "Reciprocal": _unary_float("reciprocal"), "Clip": _clip, "Mod": _mod,
+    "HardSigmoid": _hard_sigmoid, "HardSwish": _unary("hard_swish"), "ReduceSum": _reduce_sum,
+    "ReduceMax": _reduce_select(np.max, True), "ReduceMin": _reduce_select(np.min, False),
+    "Resize": _resize,
 }
+# Operators with optional further outputs, and how many outputs the interpreter computes for each.
+_OUTPUTS = {"MaxPool": 1, "LayerNormalization": 3, "BatchNormalization": 1}
 SUPPORTED = frozenset(_RUN)
 # Operators whose outputs are constant when their inputs are (weights laid out by shape steps stay weights).
 _EXACT = frozenset({"Identity", "Cast", "Reshape", "Transpose", "Slice", "Unsqueeze", "Squeeze", "Concat", "Split",
                     "Flatten", "Shape", "Constant", "Expand", "Equal", "Not", "Where", "Gather",
                     "ConstantOfShape", "And", "Or", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsNaN",
-                    "Range"})
+                    "Range", "Pad", "Tile", "GatherElements", "GatherND", "ScatterND", "ReduceMax", "ReduceMin"})
+
+
+# Operators that run exactly in numpy when their operands are integers (index arithmetic), through the ops otherwise.
+_INTEGER_PATHS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Abs", "Neg", "Sign", "Clip", "Mod", "CumSum",
+                            "ReduceSum"})
+_FP32_OPS = Ops()
+
+
+def _replay(node, args, attrs, constant, interp):
+    """``node`` written into the graph being recorded as it is (its attributes and the constants it reads), its value
+    on the example computed as the interpreter computes it. A result has the batch axis first where an operand has
+    one and the result has the example's batch size first (an index or shape vector has none)."""
+    floats = {np.asarray(value_of(a)).dtype for a in args if a is not None and np.asarray(value_of(a)).dtype.kind == "f"}
+    if len(floats) > 1:  # float16 values of the precision graph beside float32 ones (a mask's constant): in float32
+        args = [a.astype(F32) if isinstance(a, GraphTensor) and a.dtype.kind == "f" else a for a in args]
+    example = [value_of(a) if a is not None else None for a in args]
+    results = _RUN[node.op_type](node, example, attrs, _FP32_OPS, constant, interp)
+    tensors = [a for a in args if isinstance(a, GraphTensor)]
+    graph, source = tensors[0].graph, tensors[0].source
+    batch = next((a.value.shape[a.batch_axis] for a in tensors if a.batch_axis is not None), None)
+    label = graph.node_name(f"{source}/{node.op_type}")
+    names = []
+    for name, a in zip(node.input, args):
+        if a is None:
+            names.append("")
+        else:
+            names.append(a.name if isinstance(a, GraphTensor) else graph.constant(np.asarray(a), f"{label}/{name}"))
+    outputs = [graph.value_name(label) for _ in results]
+    kept = {k: v for k, v in attrs.items()}
+    graph.add_node(node.op_type, names, outputs, label, **kept)
+    out = []
+    for name, value in zip(outputs, results):
+        value = np.asarray(value)
+        batched = (batch is not None and value.ndim >= 1 and value.shape[0] == batch
+                   and (value.ndim >= 2 or value.dtype.kind not in "iu"))
+        out.append(GraphTensor(graph, name, value, 0 if batched else None, source))
+    return out
 
 
 # -- sub-graph forms of one op ------------------------------------------------------------------------------------
@@ -556,7 +1193,7 @@ def _other(node, name):
 
 def _gelu_form(node, users, values):
     """The nodes of torch's exact GELU sub-graph starting at the Div ``node``, Div(x, sqrt 2) -> Erf -> Add(1) ->
-    Mul(x, .) -> Mul(0.5), or None."""
+    Mul(x, .) -> Mul(0.5) (or Mul(0.5, .) -> Mul(x, .)), or None."""
     if node.op_type != "Div" or not _scalar(values, node.input[1], np.sqrt(2.0)):
         return None
     x = node.input[0]
@@ -564,13 +1201,16 @@ def _gelu_form(node, users, values):
     add = erf and _single_user(erf.output[0], users, "Add")
     if add is None or not _scalar(values, _other(add, erf.output[0]), 1.0):
         return None
-    mul = _single_user(add.output[0], users, "Mul")
-    if mul is None or _other(mul, add.output[0]) != x:
+    first = _single_user(add.output[0], users, "Mul")
+    second = first and _single_user(first.output[0], users, "Mul")
+    if second is None:
         return None
-    half = _single_user(mul.output[0], users, "Mul")
-    if half is None or not _scalar(values, _other(half, mul.output[0]), 0.5):
-        return None
-    return [node, erf, add, mul, half]
+    # x * (1 + erf) then * 0.5 (TorchScript's order), or 0.5 * (1 + erf) then * x (the dynamo exporter's)
+    if _other(first, add.output[0]) == x and _scalar(values, _other(second, first.output[0]), 0.5):
+        return [node, erf, add, first, second]
+    if _scalar(values, _other(first, add.output[0]), 0.5) and _other(second, first.output[0]) == x:
+        return [node, erf, add, first, second]
+    return None
 
 
 def _fused(node, users, values):

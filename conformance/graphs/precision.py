@@ -291,9 +291,75 @@ class PrecisionGraphOps(GraphOps):
     def max_pool2d(self, x, *, kernel, stride, padding=0, name):
         return self._unary_op("max_pool2d", x, name, kernel=kernel, stride=stride, padding=padding)
 
+    # -- further ops (of imported graphs) ----------------------------------------------------------------------------
+    def maximum(self, a, b, *, name):
+        return self._binary_op("maximum", a, b, name)
 
-def record_precision(model, policy: Policy, plan: Fp8Plan | None, *, weights: str = "",
-                     version: str = "") -> tuple[Recording, dict]:
+    def minimum(self, a, b, *, name):
+        return self._binary_op("minimum", a, b, name)
+
+    def mod(self, a, b, *, name):
+        return self._binary_op("mod", a, b, name)
+
+    def abs(self, x, *, name):
+        return self._unary_op("abs", x, name)
+
+    def neg(self, x, *, name):
+        return self._unary_op("neg", x, name)
+
+    def sign(self, x, *, name):
+        return self._unary_op("sign", x, name)
+
+    def ceil(self, x, *, name):
+        return self._unary_op("ceil", x, name)
+
+    def floor(self, x, *, name):
+        return self._unary_op("floor", x, name)
+
+    def exp(self, x, *, name):
+        return self._unary_op("exp", x, name)
+
+    def log(self, x, *, name):
+        return self._unary_op("log", x, name)
+
+    def reciprocal(self, x, *, name):
+        return self._unary_op("reciprocal", x, name)
+
+    def hard_swish(self, x, *, name):
+        return self._unary_op("hard_swish", x, name)
+
+    def hard_sigmoid(self, x, *, alpha, beta, name):
+        return self._unary_op("hard_sigmoid", x, name, alpha=alpha, beta=beta)
+
+    def clip(self, x, low=None, high=None, *, name):
+        """The bounds are FP16 values, as the emulator holds them."""
+        bounds = [None if v is None else float(numerics.quantize(np.float32(v), "f16")) for v in (low, high)]
+        self._emulate("clip", name, value_of(x), low, high)
+        return self._round(super().clip(self._operand(x, name, "input"), *bounds, name=name))
+
+    def cumsum(self, x, *, axis, exclusive=False, reverse=False, name):
+        return self._unary_op("cumsum", x, name, axis=axis, exclusive=exclusive, reverse=reverse)
+
+    def sum(self, x, *, axis, keepdims=False, name):
+        return self._unary_op("sum", x, name, axis=axis, keepdims=keepdims)
+
+    def instance_norm(self, x, gamma, beta, *, eps, name):
+        self._emulate("instance_norm", name, value_of(x), value_of(gamma), value_of(beta), eps=eps)
+        return self._round(super().instance_norm(self._operand(x, name, "input"), self._operand(gamma, name, "weight"),
+                                                 self._operand(beta, name, "bias"), eps=eps, name=name))
+
+    def interpolate(self, x, rows, cols, *, name):
+        self._emulate("interpolate", name, value_of(x), rows, cols)
+        return self._round(super().interpolate(self._operand(x, name, "input"), rows, cols, name=name))
+
+    def avg_pool2d(self, x, divisor, *, kernel, stride, name):
+        self._emulate("avg_pool2d", name, value_of(x), divisor, kernel=kernel, stride=stride)
+        return self._round(super().avg_pool2d(self._operand(x, name, "input"), divisor, kernel=kernel, stride=stride,
+                                              name=name))
+
+
+def record_precision(model, policy: Policy, plan: Fp8Plan | None, *, weights: str = "", version: str = "",
+                     example: dict[str, np.ndarray] | None = None) -> tuple[Recording, dict]:
     """The graph of ``model`` at ``policy`` (with ``plan``'s FP8 settings and calibrated scales), verified against
     :class:`FloatPartialsOps`, and PopRT's settings for the same policy (:mod:`conformance.graphs.poprt`)."""
     made: list[PrecisionGraphOps] = []
@@ -308,6 +374,6 @@ def record_precision(model, policy: Policy, plan: Fp8Plan | None, *, weights: st
                                       "weight_format": plan.settings.weight_format, "skip": list(plan.settings.skip),
                                       "calibration": plan.calibration}, sort_keys=True)
     recording = record(model, weights=weights, version=version, ops=ops, precision=policy.name, metadata=metadata,
-                       tolerance=VERIFY_TOLERANCE)
+                       tolerance=VERIFY_TOLERANCE, example=example)
     recording.baseline = model(recording.inputs)  # the FP32 model on the example batch
     return recording, poprt.settings(model.name, policy, plan.settings if plan else None, made[-1].quantized)

@@ -299,4 +299,20 @@ def _where(condition, x, y):
     return GraphTensor(graph, out, value, batch_axis, source)
 
 
-_FUNCTIONS = {np.concatenate: _concatenate, np.where: _where}
+def _pad(array, pad_width, mode="constant", constant_values=0):
+    """A constant Pad of a recorded tensor (the batch axis unpadded)."""
+    if mode != "constant" or not isinstance(array, GraphTensor):
+        raise GraphError(f"np.pad(mode={mode!r}) of a recorded tensor is not recorded (only a constant pad)")
+    widths = [(int(a), int(b)) for a, b in np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (array.ndim, 2))]
+    if array.batch_axis is not None and widths[array.batch_axis] != (0, 0):
+        raise GraphError(f"{array.name}: np.pad along the batch axis is not recorded")
+    value = np.pad(array.value, widths, constant_values=constant_values)
+    fill = array.graph.constant(np.asarray(constant_values, array.dtype), f"{array.source}/Pad/value")
+    pads = [a for a, _ in widths] + [b for _, b in widths]
+    return array._result("Pad", [array.name, ("pads", pads), fill], value, array.batch_axis)
+
+
+_FUNCTIONS = {np.concatenate: _concatenate, np.where: _where, np.pad: _pad,
+              np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim,
+              np.reshape: lambda a, shape, **kwargs: a.reshape(shape, **kwargs),
+              np.transpose: lambda a, axes=None: a.transpose(axes)}

@@ -272,7 +272,9 @@ def check_onnx(pairs: list[tuple[str, Path]], settled: Settled) -> dict:
         samples = given["--samples"].get(name, given["--samples"].get("*"))
         try:
             cases[name] = GraphCase(name, path, sources["--dataset"], sources["--calibration"], samples=samples,
-                                    preprocessing=given["--checkpoint"].get(name))
+                                    preprocessing=given["--checkpoint"].get(name), calibrates=any(
+                                        "fp8" in p for _, p in accuracy_targets.matrix(
+                                            hardware, [accuracy_targets.GRAPH_CASE])))
         except GraphCaseError as exc:
             raise SettingsError(str(exc)) from None
     return cases

@@ -68,6 +68,9 @@ EXTRA_CASES = {
 # with a task's labelled data (--dataset NAME=TASK:PATH) that task's label metrics.
 GRAPH_CASE = "onnx"
 GRAPH_LABEL_METRICS = tuple(dict.fromkeys(m for metrics in LABEL_METRICS.values() for m in metrics))
+# Decisions of an imported graph against its FP32 reference: computed where an output holds class scores or
+# next-token logits (accuracy.metrics.decision_outputs), gated only there.
+GRAPH_TASK_METRICS = ("top1_agreement",)
 GATE_KEYS = {"of", "ratio", "tier", "report", "min", "max"}
 # What a bound of a tensor metric may be: a floor or ceiling outside these ranges cannot gate anything (cosine lies in
 # [-1, 1]; an SNR floor at or below 0 dB accepts an error as large as the signal; differences are >= 0).
@@ -179,7 +182,7 @@ def parse_targets(text: str, path: Path | str = "<targets>") -> list[Gate]:
         return str(path)
 
     cases = {**{m: TASK_METRICS[m] + LABEL_METRICS[m] for m in MODEL_NAMES}, **EXTRA_CASES,
-             GRAPH_CASE: GRAPH_LABEL_METRICS}
+             GRAPH_CASE: GRAPH_TASK_METRICS + GRAPH_LABEL_METRICS}
     gates: list[Gate] = []
     for hardware, per_model in data.items():
         precisions = _hardware_precisions(hardware)
@@ -251,7 +254,7 @@ def _gates(spec, at, hardware, model, precision, metric, precisions, line) -> li
     kind = "min" if "min" in spec else "max"
     bound = float(spec[kind])
     task_metrics = TASK_METRICS.get(model, ()) + LABEL_METRICS.get(model, ()) + EXTRA_CASES.get(model, ())
-    if metric in task_metrics or (model == GRAPH_CASE and metric in GRAPH_LABEL_METRICS):
+    if metric in task_metrics or (model == GRAPH_CASE and metric in GRAPH_TASK_METRICS + GRAPH_LABEL_METRICS):
         if not 0.0 < bound <= 1.0:
             raise TargetsError(f"{at}: {metric}.{kind} = {spec[kind]!r}: a task metric's bound must lie in (0, 1]")
     elif metric in COUNT_METRICS:

@@ -27,8 +27,36 @@ import numpy as np
 from conformance import numerics
 from conformance.hardware.ipu import fp8_scales
 from conformance.hardware.ipu.policy import Fp8Settings, Policy
-from models.ops import Ops, gelu_fp32, sigmoid_fp32
+from models.ops import (Ops, cumsum_fp32, gelu_fp32, instance_norm_fp32, interpolate_fp32, sigmoid_fp32,
+                        window_sums)
 
+
+# What each op of the contract computes on the IPU: the table docs/graphs.md shows (``ipu-conformance optable``).
+# Only the matrix ops take FP8 operands; every other op takes FP16 operands.
+_ROUNDED = "FP32 arithmetic of FP16 operands, the result rounded once to FP16"
+_EXACT = "exact on FP16 operands (the result is an FP16 value): no rounding"
+NUMERICS: dict[str, tuple[str, bool]] = {  # op -> (its FP16 numerics, whether its operands may be FP8)
+    "input": ("rounded to FP16 as it enters the device", False),
+    "embedding": ("a Gather of the table's FP16 rows: exact", False),
+    "linear": ("matrix unit: the precision's partials (FP32 or FP16), FP16 result; FP8 weight (and input) "
+               "operands under an FP8 policy", True),
+    "matmul": ("matrix unit: as linear, both operands activations (FP8 only where inputs are)", True),
+    "conv2d": ("matrix unit: as linear (1-D convolutions run as 2-D ones of height 1)", True),
+    **{op: (_ROUNDED, False) for op in ("add", "sub", "mul", "div", "sqrt", "pow", "gelu", "sigmoid", "silu", "tanh",
+                                        "glu", "exp", "log", "reciprocal", "mod", "hard_sigmoid", "hard_swish")},
+    **{op: (_EXACT, False) for op in ("relu", "maximum", "minimum", "abs", "neg", "sign", "ceil", "floor",
+                                      "max_pool2d")},
+    "clip": ("exact on FP16 operands, the bounds rounded to FP16", False),
+    "layer_norm": ("FP32 statistics, FP16 result", False),
+    "batch_norm": ("statistics folded in FP32 from FP16 parameters, FP16 result", False),
+    "instance_norm": ("FP32 statistics, FP16 result", False),
+    "softmax": ("FP32 exponentials and sum, FP16 result", False),
+    "mean": ("FP32 accumulation, FP16 result", False),
+    "cumsum": ("FP32 accumulation, FP16 result", False),
+    "sum": ("FP32 accumulation, FP16 result", False),
+    "avg_pool2d": ("FP32 window sums and division, FP16 result", False),
+    "interpolate": ("FP32 weighted sums of FP16 operands, FP16 result", False),
+}
 
 @dataclass
 class Fp8Plan:
@@ -316,6 +344,78 @@ class IpuOps(Ops):
         self.ops_seen.add(name)
         y = _SILENT.max_pool2d(self._f16(x), kernel=kernel, stride=stride, padding=padding, name=name)
         return self._emit(name, self._mark(np.ascontiguousarray(y)))  # a max of grid values is on the grid
+
+    # -- further ops of imported graphs ----------------------------------------------------------------------------
+    def _exact(self, name: str, y) -> np.ndarray:
+        """An op whose result of FP16 operands is itself on the FP16 grid (a selection, a sign change): no rounding."""
+        self.ops_seen.add(name)
+        return self._emit(name, self._mark(np.ascontiguousarray(y, np.float32)))
+
+    def maximum(self, a, b, *, name):
+        return self._exact(name, np.maximum(self._f16(a), self._f16(b)))
+
+    def minimum(self, a, b, *, name):
+        return self._exact(name, np.minimum(self._f16(a), self._f16(b)))
+
+    def abs(self, x, *, name):
+        return self._exact(name, np.abs(self._f16(x)))
+
+    def neg(self, x, *, name):
+        return self._exact(name, np.negative(self._f16(x)))
+
+    def sign(self, x, *, name):
+        return self._exact(name, np.sign(self._f16(x)))
+
+    def ceil(self, x, *, name):
+        return self._exact(name, np.ceil(self._f16(x)))  # FP16 values of magnitude >= 1024 are integers
+
+    def floor(self, x, *, name):
+        return self._exact(name, np.floor(self._f16(x)))
+
+    def clip(self, x, low=None, high=None, *, name):
+        y = self._f16(x)  # the bounds are FP16 tensors on the device
+        if low is not None:
+            y = np.maximum(y, self.round_f16(np.float32(low)))
+        if high is not None:
+            y = np.minimum(y, self.round_f16(np.float32(high)))
+        return self._exact(name, y)
+
+    def exp(self, x, *, name):
+        with np.errstate(over="ignore"):
+            return self._out(name, np.exp(self._f16(x)))
+
+    def log(self, x, *, name):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._out(name, np.log(self._f16(x)))
+
+    def reciprocal(self, x, *, name):
+        with np.errstate(divide="ignore"):
+            return self._out(name, np.reciprocal(self._f16(x)))
+
+    def mod(self, a, b, *, name):
+        with np.errstate(invalid="ignore", divide="ignore"):  # fmod of FP16 operands is exact: no rounding changes it
+            return self._out(name, np.fmod(self._f16(a), self._f16(b), dtype=np.float32))
+
+    def hard_sigmoid(self, x, *, alpha, beta, name):
+        return self._out(name, _SILENT.hard_sigmoid(self._f16(x), alpha=alpha, beta=beta, name=name))
+
+    def hard_swish(self, x, *, name):
+        return self._out(name, _SILENT.hard_swish(self._f16(x), name=name))
+
+    def sum(self, x, *, axis, keepdims=False, name):
+        return self._out(name, np.asarray(np.sum(self._f16(x), axis=axis, keepdims=keepdims, dtype=np.float32)))
+
+    def cumsum(self, x, *, axis, exclusive=False, reverse=False, name):
+        return self._out(name, cumsum_fp32(self._f16(x), axis, exclusive, reverse))
+
+    def instance_norm(self, x, gamma, beta, *, eps, name):
+        return self._out(name, instance_norm_fp32(self._f16(x), self._param_f16(gamma), self._param_f16(beta), eps))
+
+    def interpolate(self, x, rows, cols, *, name):
+        return self._out(name, interpolate_fp32(self._f16(x), rows, cols))
+
+    def avg_pool2d(self, x, divisor, *, kernel, stride, name):
+        return self._out(name, window_sums(self._f16(x), kernel, stride) / np.asarray(divisor, np.float32))
 
 
 # FP32 reference ops without a recorder, for reusing exact ops (max pooling) inside IpuOps.

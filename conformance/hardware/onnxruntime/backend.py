@@ -21,7 +21,8 @@ engine runs whole graphs, so its ops cannot be probed one by one (:attr:`Prepare
 or op-check gates apply to it.
 
 An imported graph (``--onnx NAME=FILE``, a :class:`~conformance.graphs.case.GraphModel`) runs as the user gave it at
-fp32; at fp16 and fp8 its precision graph is recorded through the interpreter, with the ipu's ``onnx`` FP8 settings.
+fp32; at fp16 and fp8 its precision graph is recorded through the interpreter, with the ipu's ``onnx`` FP8 settings
+(on the calibration inputs where the graph's inputs cannot be drawn).
 
 Threads: a session's intra-op threads are the emulator's kernel threads,
 :func:`conformance.numerics.formats.worker_threads` (``CONFORMANCE_THREADS``, else the cores this process may use, at
@@ -214,7 +215,10 @@ class OnnxruntimeBackend(Backend):
                 facts["graph"] = {"source": "the model's FP32 graph (graphs.export.record)"}
             else:
                 ipu = self.ipu().prepare(model, precision, calibration_inputs, batch_size=batch_size, case=case)
-                recording, poprt = graphs.record_precision(model, ipu.policy, ipu.plan)
+                # a graph whose inputs cannot be drawn is recorded on the given calibration inputs
+                example = (calibration_inputs if isinstance(model, GraphModel) and model.drawable() is not None
+                           else None)
+                recording, poprt = graphs.record_precision(model, ipu.policy, ipu.plan, example=example)
                 facts["graph"] = {"source": f"the ipu precision {precision!r} as a graph (graphs.precision)"}
                 if ipu.plan is not None:  # the ipu's record of its FP8 plan, with the scales as the graph holds them
                     facts.update(ipu.details(ipu.ops()), fp8_scales=poprt["fp8"]["scales"])
