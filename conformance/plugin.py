@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conformance.accuracy import reference
+from conformance.datasets.cache import weight_cache
 from conformance.datasets.user import UserInputError, load_cases
 from conformance.perf.interrupts import terminate_as_interrupt
 from conformance.report.session import ReportSession
@@ -15,6 +16,7 @@ from conformance.settings import OPTIONS, SettingsError, settle
 from conformance.settings.checks import check_engine, check_runnable
 from conformance.settings.session import SETTINGS_KEY, USER_CASES_KEY, header_lines, run_settings, user_cases
 from conformance.targets import DataFileError
+from models.base import use_seeded_weight_store
 
 REPORT_KEY = pytest.StashKey[ReportSession]()
 # an extra case's test module, collected only when the case runs
@@ -40,6 +42,9 @@ def _configure(config: pytest.Config) -> None:
     settings = settle(config.getoption)
     check_engine(settings, config.getoption("numprocesses", None))  # pytest-xdist's -n, when it is installed
     check_runnable(settings)
+    # seeded weights are built once per machine and kept in the cache directory (before the user's cases load models)
+    previous = use_seeded_weight_store(weight_cache(config.getoption("cache_dir")))
+    config.add_cleanup(lambda: use_seeded_weight_store(previous))
     # the user's checkpoints and data are read and checked before any test runs
     cases = load_cases(settings.models, settings.checkpoints, settings.datasets, settings.samples,
                        settings.calibrations, settings.allow_unused_weights)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from conformance.accuracy import reference
+from conformance.datasets.cache import cached_seeded_weights
 from models import MODEL_NAMES, canonical_name
 
 
@@ -25,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    with cached_seeded_weights():  # seeded weights built once per machine
+        return _run(args)
+
+
+def _run(args) -> int:
     names = [n for group in args.model for n in group] or list(MODEL_NAMES)
     if args.action == "generate":
         reference.generate(names, args.dir)
