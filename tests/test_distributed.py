@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import threadpoolctl
 
 from conformance.accuracy import reference
 from conformance.accuracy.evaluation import (
@@ -47,6 +48,7 @@ from conformance.datasets.user import load_cases
 from conformance.distributed import cluster as cluster_module
 from conformance.distributed import engine as engine_module
 from conformance.hardware import get_backend
+from conformance.numerics.formats import worker_threads
 from conformance.targets.profiles import load_profiles
 from conformance.test_accuracy import AccuracyRuns
 from models import MODEL_NAMES, load_model, run_batched
@@ -205,6 +207,36 @@ def test_workers_running_other_sources_are_refused(workers, monkeypatch):
     with pytest.raises(EngineError, match=r"2 of 2 workers of the local cluster run other suite sources than this "
                                           r"process \(version 000000000000\)"):
         workers._check_versions()
+
+
+def test_each_local_worker_uses_its_share_of_the_cores_for_blas(workers):
+    """Two workers on C cores: C // 2 BLAS threads each (at least one), and the emulator's kernels in one thread; the
+    same limits a worker would be given for any count of workers."""
+    expected = max(1, cluster_module.usable_cores() // 2)
+    assert cluster_module.worker_blas_threads(2) == expected
+    assert cluster_module.worker_blas_threads(10 * cluster_module.usable_cores()) == 1
+    assert cluster_module.worker_blas_threads(1) == cluster_module.usable_cores()
+    seen = workers.client.run(cluster_module.blas_threads)
+    assert len(seen) == 2 and set(seen.values()) == {expected}, seen
+    assert set(workers.client.run(worker_threads).values()) == {1}
+
+
+@pytest.mark.parametrize("name", ["widedeep", "conformer"])
+def test_blas_threads_do_not_change_the_bits(name):
+    """The FP32 forward and the emulator's precisions give the same bits with BLAS on one thread and on two: why a
+    worker may use its share of the cores."""
+    model = load_model(name, seed=WEIGHT_SEED)
+    inputs = reference.evaluation_inputs(model, 2)
+    runs = {"fp32": lambda: model(inputs)}
+    for precision in ("fp16", "fp8"):
+        prepared = get_backend("ipu").prepare(model, precision, batch_size=2)
+        runs[precision] = lambda prepared=prepared: prepared.forward(inputs, prepared.ops())
+    for what, run in runs.items():
+        outputs = {}
+        for threads in (1, 2):
+            with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+                outputs[threads] = run()
+        assert all(np.array_equal(outputs[1][k], outputs[2][k]) for k in outputs[1]), what
 
 
 # -- faults -----------------------------------------------------------------------------------------------------------

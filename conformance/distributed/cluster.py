@@ -39,10 +39,12 @@ IN_FLIGHT_PER_WORKER = 2  # batches submitted per worker ahead of those finished
 
 
 def blas_signature() -> dict[str, list]:
-    """The BLAS libraries loaded in this process, by library name: API, version, CPU kernels and threads (the bits
-    of the FP32 ops depend on them)."""
+    """The BLAS libraries loaded in this process, by library name: API, version and CPU kernels (the bits of the FP32
+    ops depend on them). Not the thread count: a product's threads share out its rows and columns, never the sum
+    over one element's terms, so the bits are the same on any count (measured on the six models at every
+    precision, one thread against two), and each worker may use its share of the cores."""
     return {os.path.basename(str(info.get("filepath"))): [info.get("internal_api"), info.get("version"),
-                                                          info.get("architecture"), info.get("num_threads")]
+                                                          info.get("architecture")]
             for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"}
 
 
@@ -63,11 +65,25 @@ def blas_threads() -> int | None:
     return max(counts) if counts else None
 
 
-def worker_environment() -> dict[str, str]:
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def worker_blas_threads(workers: int) -> int:
+    """BLAS threads of each of ``workers`` local workers: their share of the cores, at least one (more threads than
+    cores, each spinning while it waits for the others, run several times slower than one)."""
+    return max(1, usable_cores() // max(1, workers))
+
+
+def worker_environment(workers: int) -> dict[str, str]:
     """The environment a local worker starts with (set before it starts, so that BLAS reads it when it loads): the
-    emulator's kernels in one thread (``CONFORMANCE_THREADS=1``: their bits do not depend on it), and BLAS with as many
-    threads as this process's, because the bits of the FP32 ops (the probe's references) do depend on it."""
-    blas = str(blas_threads() or 1)
+    emulator's kernels in one thread (``CONFORMANCE_THREADS=1``: their bits do not depend on it) and BLAS with the
+    worker's share of the cores (:func:`worker_blas_threads`; its bits do not depend on it either)."""
+    blas = str(worker_blas_threads(workers))
     return {**dask.config.get("distributed.nanny.pre-spawn-environ"), THREADS_VARIABLE: "1", "OMP_NUM_THREADS": blas,
             "OPENBLAS_NUM_THREADS": blas, "MKL_NUM_THREADS": blas}
 
@@ -94,7 +110,7 @@ class DaskEngine(Engine):
                                   f"({type(exc).__name__}: {str(exc)[:200]}); is `dask scheduler` running there and "
                                   "reachable from here?") from None
         else:
-            with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environment()}):
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environment(workers or 1)}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                              dashboard_address=":0",  # a free port: never a clash
                                              silence_logs=logging.ERROR)
@@ -132,7 +148,7 @@ class DaskEngine(Engine):
             shown = "; ".join(f"{name}: {there} there, {here} here" for name, (here, there) in differs.items())
             raise EngineError(f"{len(other)} of {len(theirs)} workers of {self.where} run another BLAS than this "
                               f"process ({worker}: {shown}), so their FP32 ops would not give the same bits; start "
-                              f"them with OPENBLAS_NUM_THREADS={blas_threads() or 1} and the same numpy build")
+                              "them with the same numpy build on the same kind of CPU")
 
     @property
     def where(self) -> str:
