@@ -3,6 +3,7 @@ only; the options are parsed and checked in :mod:`conformance.settings`, the rep
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,7 @@ def _configure(config: pytest.Config) -> None:
     # DataFileError: a usage error naming the file)
     reference.check_files([name for name in settings.models if name not in cases])
     config.add_cleanup(terminate_as_interrupt())  # SIGTERM stops the run as Ctrl-C does: exit 2, the report written
+    config.pluginmanager.register(PromptInterrupt(config), "conformance-interrupt")
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
     report = ReportSession(config, settings)
     config.stash[REPORT_KEY] = report
@@ -61,6 +63,24 @@ def _configure(config: pytest.Config) -> None:
     config.pluginmanager.register(report, "conformance-report")
     # the tests write their artifacts and LoadGen logs into the run's staging directory (settings.report_dir)
     config.stash[SETTINGS_KEY] = report.test_settings()
+
+
+class PromptInterrupt:
+    """Ctrl-C and SIGTERM stop the run within seconds. Two costs of an interrupt do not depend on the run's work but on
+    what it holds, and took most of the stop time of a long model's batch: pytest formats the whole traceback of the
+    interrupt (parsing the source of every frame and printing the arrays they hold), of which it shows only the last
+    line without ``--full-trace``, and the garbage collector walks every object the run made while the run ends. The
+    traceback is cut to the frame that was interrupted (unless ``--full-trace``), and what exists is frozen out of the
+    collector's reach (the process frees it as it exits)."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        gc.freeze()
+        if not self.config.option.fulltrace and len(excinfo.traceback) > 1:
+            excinfo.traceback = excinfo.traceback[-1:]
 
 
 def pytest_ignore_collect(collection_path, config):

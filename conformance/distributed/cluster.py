@@ -16,6 +16,8 @@ a worker that dies on the others (up to its ``allowed-failures``); the run then 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.util
 import itertools
 import logging
@@ -36,6 +38,7 @@ from conformance.numerics.formats import THREADS_VARIABLE
 
 CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer
 IN_FLIGHT_PER_WORKER = 2  # batches submitted per worker ahead of those finished
+WORKER_STOP_S = 0.5  # how long a local worker has to stop when the engine closes before its process is ended
 
 
 def blas_signature() -> dict[str, list]:
@@ -86,6 +89,12 @@ def worker_environment(workers: int) -> dict[str, str]:
     blas = str(worker_blas_threads(workers))
     return {**dask.config.get("distributed.nanny.pre-spawn-environ"), THREADS_VARIABLE: "1", "OMP_NUM_THREADS": blas,
             "OPENBLAS_NUM_THREADS": blas, "MKL_NUM_THREADS": blas}
+
+
+async def _stop_workers(nannies, timeout: float) -> None:
+    """Close the local workers' nannies at once, each worker process ended after ``timeout`` if it has not stopped."""
+    await asyncio.gather(*(nanny.close(timeout=timeout, reason="engine-close") for nanny in nannies),
+                         return_exceptions=True)
 
 
 def has_dashboard() -> bool:
@@ -226,4 +235,8 @@ class DaskEngine(Engine):
         if client is not None:
             client.close()
         if cluster is not None:
+            # a worker inside a batch (an interrupted run) cannot stop when asked: it is ended after WORKER_STOP_S,
+            # not the nannies' default 5 s, and its batch is abandoned (nothing of it is kept)
+            with contextlib.suppress(Exception):
+                cluster.sync(_stop_workers, list(cluster.workers.values()), WORKER_STOP_S)
             cluster.close()
