@@ -79,6 +79,16 @@ def load_model(name: str, checkpoint=None, seed: int = 0, allow_unused_weights: 
         raise CheckpointError(f"{name} checkpoint {str(checkpoint)!r}: {exc}") from None
 
 
+def seeded_weights_kept(name: str, seed: int = 0, **config_overrides) -> bool:
+    """Whether :func:`load_model` will read ``name``'s seeded weights from the store rather than build them (an entry
+    there may still turn out damaged, and then they are built)."""
+    store = seeded_weight_store()
+    if store is None:
+        return False
+    key = seeded_key(canonical_name(name), model_module(name).build_config(**config_overrides), seed)
+    return store.has(key["model"], key)
+
+
 def host_bytes(name: str, batch: int, **config_overrides) -> tuple[int, int]:
     """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` samples) of model
     ``name`` with ``config_overrides``, from its config alone (nothing is built); a ValueError naming the field for an
@@ -87,4 +97,4 @@ def host_bytes(name: str, batch: int, **config_overrides) -> tuple[int, int]:
     return module.host_bytes(module.build_config(**config_overrides), int(batch))
 
 
-__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "host_bytes", "load_model", "model_module", "run_batched"]
+__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "host_bytes", "load_model", "model_module", "run_batched", "seeded_weights_kept"]

@@ -497,11 +497,14 @@ def take_params(tensors, expected: dict[str, tuple[int, ...]], source: str, *, a
 class SeededWeightStore(Protocol):
     """Where seeded weights built once are kept (the suite gives one: :func:`use_seeded_weight_store`).
 
+    ``has`` says whether an entry is kept under ``key`` (to say before a model is built whether it will take long);
     ``load`` returns the parameters saved under ``key`` (a JSON object: :func:`seeded_key`), or None when there are
     none or they cannot be used (a damaged entry is the store's to report, and is then built again and replaced);
     ``save`` keeps them (it may fail quietly: a cache that cannot be written costs only time)."""
 
     def load(self, model: str, key: dict) -> dict[str, np.ndarray] | None: ...
+
+    def has(self, model: str, key: dict) -> bool: ...
 
     def save(self, model: str, key: dict, params: dict[str, np.ndarray]) -> None: ...
 

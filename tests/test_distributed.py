@@ -419,6 +419,10 @@ def test_progress_says_batches_samples_rate_and_time_left_at_most_every_interval
     batches = [Batch(0, 2), Batch(2, 10), Batch(10, 18), Batch(18, 26), Batch(26, 30)]
     progress = Progress(lines.append, "widedeep-fp8", batches, interval_s=5, clock=lambda: now[0])
     progress.stored(batches[0])  # read from the store: done, but no part of the rate
+    progress.starting()  # the first batch to compute: said at once, and once
+    progress.starting()
+    assert lines == ["widedeep-fp8: computing 4 of 5 batches (1 kept from an earlier run), 28 samples"]
+    lines.clear()
     now[0] = 102.0
     progress.computed(batches[1])
     assert lines == []  # within the interval
@@ -439,10 +443,12 @@ def test_the_engine_reports_progress_through_a_run(monkeypatch):
     job = Job("widedeep-fp16", HardwareWork(model, prepared), hardware_batch, "")
     lines: list[str] = []
     Engine().run(job, inputs, batches, progress=lines.append)
-    assert lines == []  # the interval is longer than this run
+    # said when the first batch starts; then nothing: the interval is longer than this run
+    assert lines == [f"widedeep-fp16: computing {len(batches)} of {len(batches)} batches, 512 samples"]
+    lines.clear()
     monkeypatch.setattr(engine_module, "PROGRESS_INTERVAL_S", 0.0)
     Engine().run(job, inputs, batches, progress=lines.append)  # a line after every batch but the last
-    assert len(lines) == len(batches) - 1 >= 2
+    assert len(lines) == len(batches) >= 3 and lines[0].startswith("widedeep-fp16: computing ")
     assert lines[-1].startswith(f"widedeep-fp16: {len(batches) - 1}/{len(batches)} batches, "
                                 f"{batches[-1].start}/512 samples, ")
     assert lines[-1].endswith(" s left") and "samples/s" in lines[-1]

@@ -25,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recompute", action="store_true", help="verify: also recompute the outputs in FP32 and compare")
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)  # at once: a line says what starts, and building a model takes up to minutes
+
+
 def run(args) -> int:
     with cached_seeded_weights():  # seeded weights built once per machine
         return _run(args)
@@ -33,9 +37,9 @@ def run(args) -> int:
 def _run(args) -> int:
     names = [n for group in args.model for n in group] or list(MODEL_NAMES)
     if args.action == "generate":
-        reference.generate(names, args.dir)
+        reference.generate(names, args.dir, log=_say)
         return 0
-    problems = reference.verify(names, args.dir, recompute=args.recompute)
+    problems = reference.verify(names, args.dir, recompute=args.recompute, log=_say)
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
     return 1 if problems else 0

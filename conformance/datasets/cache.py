@@ -165,6 +165,9 @@ class WeightCache:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
         return self.directory / f"{model}-{digest[:32]}.npz"
 
+    def has(self, model: str, key: dict) -> bool:
+        return self.path(model, key).is_file()
+
     def load(self, model: str, key: dict) -> dict[str, np.ndarray] | None:
         path = self.path(model, key)
         if not os.path.lexists(path):
