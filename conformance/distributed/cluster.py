@@ -29,6 +29,7 @@ from collections.abc import Iterator
 import dask
 import threadpoolctl
 from distributed import Client, KilledWorker, LocalCluster, as_completed
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from conformance.distributed.address import check_address
 from conformance.distributed.engine import Engine, EngineError, Job, RunStats, timed_compute
@@ -91,6 +92,20 @@ def worker_environment(workers: int) -> dict[str, str]:
             "OPENBLAS_NUM_THREADS": blas, "MKL_NUM_THREADS": blas}
 
 
+class BlasThreads(WorkerPlugin):
+    """Each local worker's BLAS threads, set in the worker once it runs (and in every worker that replaces a lost
+    one): the environment alone is not enough where a worker process loads BLAS before it reads the environment it
+    was given (a program whose main module imports numpy)."""
+
+    name = "conformance-blas-threads"
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def setup(self, worker) -> None:
+        threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
+
+
 async def _stop_workers(nannies, timeout: float) -> None:
     """Close the local workers' nannies at once, each worker process ended after ``timeout`` if it has not stopped."""
     await asyncio.gather(*(nanny.close(timeout=timeout, reason="engine-close") for nanny in nannies),
@@ -111,6 +126,7 @@ class DaskEngine(Engine):
         connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
         self.address = check_address(address) if address is not None else None
         self._cluster = None
+        self._abandoned = False  # a run stopped with batches in flight: the workers are ended, not waited for
         if self.address is not None:
             try:
                 self.client = Client(self.address, timeout=connect_timeout, set_as_default=False)
@@ -124,6 +140,7 @@ class DaskEngine(Engine):
                                              dashboard_address=":0",  # a free port: never a clash
                                              silence_logs=logging.ERROR)
             self.client = Client(self._cluster, set_as_default=False)
+            self.client.register_plugin(BlasThreads(worker_blas_threads(workers or 1)))
         try:
             try:
                 self.client.wait_for_workers(workers or 1, timeout=connect_timeout * 3)
@@ -222,6 +239,7 @@ class DaskEngine(Engine):
                     running.add(submit(item))
                 yield index, outputs, extras, seconds
         finally:
+            self._abandoned = self._abandoned or bool(futures)  # batches in flight when the run stopped
             self.client.cancel(list(futures) + [state])
             lost = sorted(before - set(self.client.scheduler_info()["workers"]))
             if lost:
@@ -235,8 +253,9 @@ class DaskEngine(Engine):
         if client is not None:
             client.close()
         if cluster is not None:
-            # a worker inside a batch (an interrupted run) cannot stop when asked: it is ended after WORKER_STOP_S,
-            # not the nannies' default 5 s, and its batch is abandoned (nothing of it is kept)
-            with contextlib.suppress(Exception):
-                cluster.sync(_stop_workers, list(cluster.workers.values()), WORKER_STOP_S)
+            if self._abandoned:
+                # a worker inside a batch (an interrupted run) cannot stop when asked: it is ended after
+                # WORKER_STOP_S, not the nannies' default 5 s, and its batch is abandoned (nothing of it is kept)
+                with contextlib.suppress(Exception):
+                    cluster.sync(_stop_workers, list(cluster.workers.values()), WORKER_STOP_S)
             cluster.close()
