@@ -94,8 +94,9 @@ def worker_environment(workers: int) -> dict[str, str]:
 
 class BlasThreads(WorkerPlugin):
     """Each local worker's BLAS threads, set in the worker once it runs (and in every worker that replaces a lost
-    one): the environment alone is not enough where a worker process loads BLAS before it reads the environment it
-    was given (a program whose main module imports numpy)."""
+    one) and again as each task starts: the environment alone is not enough where a worker process loads BLAS before
+    it reads the environment it was given (a program whose main module imports numpy), or loads another BLAS later
+    that does not read it (scipy's)."""
 
     name = "conformance-blas-threads"
 
@@ -104,6 +105,10 @@ class BlasThreads(WorkerPlugin):
 
     def setup(self, worker) -> None:
         threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if finish == "executing":  # a batch takes seconds; this takes a millisecond
+            threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
 
 
 async def _stop_workers(nannies, timeout: float) -> None:
