@@ -12,7 +12,7 @@ from conformance.hardware import Backend
 from conformance.report.checks import RECORD_KEY, CheckRecord, plain
 from conformance.settings import RunSettings, session
 from conformance.targets import compare
-from models import load_model
+from models import load_model, seeded_weights_kept
 from models.seeds import WEIGHT_SEED
 
 
@@ -35,7 +35,7 @@ def progress(pytestconfig):
 class ModelStore:
     """Loads each model once per session (seeded weights are large; building them twice wastes seconds); a user's
     checkpoint (``--checkpoint``) was loaded when the options were checked. Building a model's weights is start-up
-    work, not the test's: ``announce`` says what was built and how long it took."""
+    work, not the test's: ``announce`` says when it starts, and what was built or read and how long it took."""
 
     def __init__(self, user_cases: dict | None = None, announce=None):
         self._models = {name: case.model for name, case in (user_cases or {}).items()}
@@ -43,10 +43,14 @@ class ModelStore:
 
     def get(self, name: str):
         if name not in self._models:
+            kept = seeded_weights_kept(name, seed=WEIGHT_SEED)
+            if self._announce is not None and not kept:  # said before: building takes up to minutes
+                self._announce(f"{name}: building the seeded weights (once per machine: the cache keeps them)")
             start = time.perf_counter()
             self._models[name] = load_model(name, seed=WEIGHT_SEED)
             if self._announce is not None:
-                self._announce(f"{name}: seeded weights built in {time.perf_counter() - start:.1f} s (once per run)")
+                how = "read from the cache" if kept else "built"
+                self._announce(f"{name}: seeded weights {how} in {time.perf_counter() - start:.1f} s")
         return self._models[name]
 
 

@@ -8,8 +8,9 @@ Each model module exposes ``load(checkpoint=None, seed=0, **overrides)`` and its
 from __future__ import annotations
 
 import importlib
+import warnings
 
-from models.base import CheckpointError, InputError, Model, run_batched
+from models.base import CheckpointError, InputError, Model, run_batched, seeded_key, seeded_weight_store
 
 # Registry name -> module. The names are those of the test ids (``bert-base-fp8``).
 _MODULES = {
@@ -49,16 +50,43 @@ def load_model(name: str, checkpoint=None, seed: int = 0, allow_unused_weights: 
     """Build a model: seeded FP32 weights at the seed-benchmark size, or a transformers checkpoint directory, every
     tensor of which the model must use unless ``allow_unused_weights`` (see :func:`models.base.take_params`). A
     checkpoint's problems are CheckpointErrors naming it; a config value outside its type or range is a ValueError
-    naming the field."""
+    naming the field.
+
+    Seeded weights are read from the store :func:`models.base.use_seeded_weight_store` set, when there is one and it
+    holds this model's, config's, seed's and recipes' (:func:`models.base.seeded_key`); otherwise they are built and
+    saved there. Weights the store gives back that are not exactly the model's tensors are built again, with a
+    warning, and replaced."""
     module = model_module(name)
     if checkpoint is None:
-        return module.load(checkpoint=None, seed=seed, **config_overrides)
+        store = seeded_weight_store()
+        if store is None:
+            return module.load(checkpoint=None, seed=seed, **config_overrides)
+        key = seeded_key(canonical_name(name), module.build_config(**config_overrides), seed)
+        params = store.load(key["model"], key)
+        if params is not None:
+            try:
+                return module.assemble(module.build_config(**config_overrides), params)
+            except CheckpointError as exc:
+                warnings.warn(f"{exc}; building them again", stacklevel=2)
+        model = module.load(checkpoint=None, seed=seed, **config_overrides)
+        store.save(key["model"], key, model.params)
+        return model
     try:
         return module.load(checkpoint=checkpoint, seed=seed, allow_unused=allow_unused_weights, **config_overrides)
     except CheckpointError:
         raise
     except (TypeError, ValueError) as exc:  # config.json's sizes that the config dataclass refuses, and overrides
         raise CheckpointError(f"{name} checkpoint {str(checkpoint)!r}: {exc}") from None
+
+
+def seeded_weights_kept(name: str, seed: int = 0, **config_overrides) -> bool:
+    """Whether :func:`load_model` will read ``name``'s seeded weights from the store rather than build them (an entry
+    there may still turn out damaged, and then they are built)."""
+    store = seeded_weight_store()
+    if store is None:
+        return False
+    key = seeded_key(canonical_name(name), model_module(name).build_config(**config_overrides), seed)
+    return store.has(key["model"], key)
 
 
 def host_bytes(name: str, batch: int, **config_overrides) -> tuple[int, int]:
@@ -69,4 +97,4 @@ def host_bytes(name: str, batch: int, **config_overrides) -> tuple[int, int]:
     return module.host_bytes(module.build_config(**config_overrides), int(batch))
 
 
-__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "host_bytes", "load_model", "model_module", "run_batched"]
+__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "host_bytes", "load_model", "model_module", "run_batched", "seeded_weights_kept"]

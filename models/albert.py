@@ -14,7 +14,8 @@ from typing import ClassVar
 import numpy as np
 
 from models import encoder, text
-from models.base import Model, check_parameter_memory, parameter_bytes, read_checkpoint, take_params
+from models.base import (
+    Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import contiguous
 
 
@@ -119,6 +120,13 @@ def build_config(**overrides) -> AlbertConfig:
 def host_bytes(config: AlbertConfig, batch: int) -> tuple[int, int]:
     """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` rows)."""
     return parameter_bytes(param_shapes(config)), encoder.largest_activation_bytes(config, batch)
+
+
+
+def assemble(config, params):
+    """The model of ``config`` with seeded weights that a store kept (:func:`models.load_model`), checked to be
+    exactly its tensors (a CheckpointError otherwise)."""
+    return AlbertForQuestionAnswering(config, cached_params(params, param_shapes(config), "albert (cached seeded weights)"))
 
 
 def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> AlbertForQuestionAnswering:

@@ -8,6 +8,8 @@ through ``ops`` (the FP32 reference when none is given).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import math
 import os
@@ -15,7 +17,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -489,3 +491,72 @@ def take_params(tensors, expected: dict[str, tuple[int, ...]], source: str, *, a
         params[name] = value
         params.checkpoint_dtypes[dtype] = params.checkpoint_dtypes.get(dtype, 0) + 1
     return params
+
+
+# -- the cache of seeded weights ----------------------------------------------------------------------------------------
+class SeededWeightStore(Protocol):
+    """Where seeded weights built once are kept (the suite gives one: :func:`use_seeded_weight_store`).
+
+    ``has`` says whether an entry is kept under ``key`` (to say before a model is built whether it will take long);
+    ``load`` returns the parameters saved under ``key`` (a JSON object: :func:`seeded_key`), or None when there are
+    none or they cannot be used (a damaged entry is the store's to report, and is then built again and replaced);
+    ``save`` keeps them (it may fail quietly: a cache that cannot be written costs only time)."""
+
+    def load(self, model: str, key: dict) -> dict[str, np.ndarray] | None: ...
+
+    def has(self, model: str, key: dict) -> bool: ...
+
+    def save(self, model: str, key: dict, params: dict[str, np.ndarray]) -> None: ...
+
+
+_STORE: list[SeededWeightStore | None] = [None]
+
+
+def use_seeded_weight_store(store: SeededWeightStore | None) -> SeededWeightStore | None:
+    """Keep the seeded weights that :func:`models.load_model` builds in ``store`` (None: build them every time, the
+    default); returns the store used before, to put back."""
+    previous, _STORE[0] = _STORE[0], store
+    return previous
+
+
+def seeded_weight_store() -> SeededWeightStore | None:
+    return _STORE[0]
+
+
+_MODELS_DIRECTORY = Path(__file__).resolve().parent
+
+
+@functools.cache
+def recipe_version() -> str:
+    """The version of the recipes that build seeded weights: the SHA-256 of this package's sources (the recipes, the
+    FP32 forward that fits the heads) and numpy's version (its random streams and float32 maths), so that any change
+    to either builds them again rather than reading another recipe's weights."""
+    h = hashlib.sha256(f"numpy {np.__version__}|".encode())
+    for path in sorted(_MODELS_DIRECTORY.glob("*.py")):
+        h.update(f"{path.name}|".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def seeded_key(model: str, config, seed: int) -> dict:
+    """What a model's seeded weights are a function of, as a JSON object: the model, its whole config, the seed and
+    the recipes' version (:func:`recipe_version`)."""
+    fields = json.loads(json.dumps(dataclasses.asdict(config), sort_keys=True, default=str))
+    return {"model": model, "config": fields, "seed": int(seed), "recipe": recipe_version()}
+
+
+def cached_params(params: Mapping[str, np.ndarray], shapes: dict[str, tuple[int, ...]], source: str) -> dict[str, np.ndarray]:
+    """The parameters a store gave back, exactly ``shapes``' names and shapes, float32 and finite (a CheckpointError
+    naming ``source`` and the first difference otherwise)."""
+    names, expected = set(params), set(shapes)
+    if names != expected:
+        differ = sorted(names ^ expected)
+        raise CheckpointError(f"{source}: holds other tensors than the model's ({_listed(differ)} differ)")
+    for name, shape in shapes.items():
+        value = params[name]
+        if value.dtype != np.float32 or tuple(value.shape) != tuple(shape):
+            raise CheckpointError(f"{source}: tensor {name!r} is {value.dtype} {tuple(value.shape)}, expected float32 "
+                                  f"{tuple(shape)}")
+        if not np.isfinite(value).all():
+            raise CheckpointError(f"{source}: tensor {name!r} has non-finite values")
+    return dict(params)

@@ -13,7 +13,8 @@ from typing import ClassVar
 import numpy as np
 
 from models import encoder, text
-from models.base import Model, check_parameter_memory, parameter_bytes, read_checkpoint, take_params
+from models.base import (
+    Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import contiguous
 
 PREFIXES = {"BertForQuestionAnswering": "bert.", "BertModel": ""}  # where the encoder's tensors live in the checkpoint
@@ -122,6 +123,13 @@ def build_config(**overrides) -> BertConfig:
 def host_bytes(config: BertConfig, batch: int) -> tuple[int, int]:
     """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` rows)."""
     return parameter_bytes(param_shapes(config)), encoder.largest_activation_bytes(config, batch)
+
+
+
+def assemble(config, params):
+    """The model of ``config`` with seeded weights that a store kept (:func:`models.load_model`), checked to be
+    exactly its tensors (a CheckpointError otherwise)."""
+    return CLASSES[config.architecture](config, cached_params(params, param_shapes(config), "bert-base (cached seeded weights)"))
 
 
 def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> BertModel:

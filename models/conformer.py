@@ -40,6 +40,7 @@ import numpy as np
 
 from models import speech
 from models.base import (
+    cached_params,
     InputSpec,
     Model,
     ParamInit,
@@ -384,6 +385,13 @@ def host_bytes(config: ConformerConfig, batch: int) -> tuple[int, int]:
     largest = max(c.hidden_size * ((c.feature_bins + 1) // 2) * ((c.frames + 1) // 2),
                   c.num_attention_heads * t * (2 * t - 1), t * c.intermediate_size, c.in_channels * c.feature_bins * c.frames)
     return parameter_bytes(parameter_shapes(c)), 4 * batch * largest
+
+
+
+def assemble(config, params):
+    """The model of ``config`` with seeded weights that a store kept (:func:`models.load_model`), checked to be
+    exactly its tensors (a CheckpointError otherwise)."""
+    return Conformer(config, cached_params(params, parameter_shapes(config), "conformer (cached seeded weights)"))
 
 
 def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> Conformer:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.base import (
+    cached_params,
     CheckpointError,
     InputSpec,
     Model,
@@ -418,6 +419,13 @@ def host_bytes(config: ResNetConfig, batch: int) -> tuple[int, int]:
         side = -(-side // stride)
         largest = max(largest, out_ch * side * side)
     return parameter_bytes(param_shapes(c)), 4 * batch * largest
+
+
+
+def assemble(config, params):
+    """The model of ``config`` with seeded weights that a store kept (:func:`models.load_model`), checked to be
+    exactly its tensors (a CheckpointError otherwise)."""
+    return ResNet50(config, cached_params(params, param_shapes(config), "resnet50 (cached seeded weights)"))
 
 
 def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> ResNet50:

@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from models import encoder, text
-from models.base import Model, check_parameter_memory, parameter_bytes, read_checkpoint, take_params
+from models.base import (
+    Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import FP32
 
 
@@ -201,6 +202,13 @@ def build_config(**overrides) -> RoFormerConfig:
 def host_bytes(config: RoFormerConfig, batch: int) -> tuple[int, int]:
     """(float32 parameter bytes, bytes of the largest activation of one forward pass of ``batch`` rows)."""
     return parameter_bytes(param_shapes(config)), encoder.largest_activation_bytes(config, batch)
+
+
+
+def assemble(config, params):
+    """The model of ``config`` with seeded weights that a store kept (:func:`models.load_model`), checked to be
+    exactly its tensors (a CheckpointError otherwise)."""
+    return RoFormerForSequenceClassification(config, cached_params(params, param_shapes(config), "roformer (cached seeded weights)"))
 
 
 def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> RoFormerForSequenceClassification:

@@ -35,6 +35,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from models.base import (
+    cached_params,
     CheckpointError,
     InputError,
     InputSpec,
@@ -305,6 +306,13 @@ def host_bytes(config: WideDeepConfig, batch: int) -> tuple[int, int]:
     c = config
     return parameter_bytes(param_shapes(c)), 4 * batch * max(c.num_categorical * c.embedding_dim + c.num_numeric,
                                                              *c.hidden_sizes)
+
+
+
+def assemble(config, params):
+    """The model of ``config`` with seeded weights that a store kept (:func:`models.load_model`), checked to be
+    exactly its tensors (a CheckpointError otherwise)."""
+    return WideDeep(config, cached_params(params, param_shapes(config), "widedeep (cached seeded weights)"))
 
 
 def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides) -> WideDeep:

@@ -1,12 +1,17 @@
-"""Shared test configuration: the pytester fixture for testing the plugin."""
+"""Shared test configuration: the pytester fixture for testing the plugin, and a cache directory of the test run's own."""
 
+import os
+import shutil
 import sys
+import tempfile
 
 if sys.version_info < (3, 12):
     # Dask (the distributed engine) imports the importlib_metadata backport on Python < 3.12, which deletes the
     # standard library's distribution finder for good. Imported here, before any in-process pytest run (pytester)
     # snapshots sys.meta_path and sys.modules, so that every later run still finds the suite's pytest11 entry point.
     import importlib_metadata  # noqa: F401
+
+from conformance.datasets.cache import CACHE_VARIABLE, WEIGHT_CACHE_VARIABLE
 
 pytest_plugins = ["pytester"]
 
@@ -31,3 +36,12 @@ def array_library(request):
         pytest.skip(str(exc))
     with arrays.use(request.param) as library:
         yield library
+
+def pytest_configure(config):
+    """Every run of the suite inside the tests (pytester, the CLI as a subprocess) caches into a directory of this test
+    run, removed at its end: never the user's cache, and the same start (empty) on every machine. Seeded weights are
+    cached there (built once per test run, the same bits as building them)."""
+    directory = tempfile.mkdtemp(prefix="ipu-conformance-tests-")
+    os.environ[CACHE_VARIABLE] = directory
+    os.environ.pop(WEIGHT_CACHE_VARIABLE, None)
+    config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))

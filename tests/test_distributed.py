@@ -3,6 +3,7 @@ results, an interrupted run resumes from its stored batches, and a bad cluster i
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import threadpoolctl
 
 from conformance.accuracy import reference
 from conformance.accuracy.evaluation import (
@@ -48,6 +50,7 @@ from conformance.datasets.user import load_cases
 from conformance.distributed import cluster as cluster_module
 from conformance.distributed import engine as engine_module
 from conformance.hardware import get_backend
+from conformance.numerics.formats import worker_threads
 from conformance.targets.profiles import load_profiles
 from conformance.test_accuracy import AccuracyRuns
 from models import MODEL_NAMES, load_model, run_batched
@@ -394,6 +397,38 @@ def test_workers_running_other_sources_are_refused(workers, monkeypatch):
         workers._check_versions()
 
 
+def test_each_local_worker_uses_its_share_of_the_cores_for_blas(workers):
+    """Two workers on C cores: C // 2 BLAS threads each (at least one), and the emulator's kernels in one thread; the
+    same limits a worker would be given for any count of workers."""
+    expected = max(1, cluster_module.usable_cores() // 2)
+    assert cluster_module.worker_blas_threads(2) == expected
+    assert cluster_module.worker_blas_threads(10 * cluster_module.usable_cores()) == 1
+    assert cluster_module.worker_blas_threads(1) == cluster_module.usable_cores()
+    workers.client.run(importlib.import_module, "scipy.linalg")  # another BLAS, loaded after the worker started
+    seen = [workers.client.submit(cluster_module.blas_threads, pure=False, workers=[address]).result()
+            for address in workers.client.scheduler_info()["workers"]]  # as a batch sees it
+    assert seen == [expected, expected], seen
+    assert set(workers.client.run(worker_threads).values()) == {1}
+
+
+@pytest.mark.parametrize("name", ["widedeep", "conformer"])
+def test_blas_threads_do_not_change_the_bits(name):
+    """The FP32 forward and the emulator's precisions give the same bits with BLAS on one thread and on two: why a
+    worker may use its share of the cores."""
+    model = load_model(name, seed=WEIGHT_SEED)
+    inputs = reference.evaluation_inputs(model, 2)
+    runs = {"fp32": lambda: model(inputs)}
+    for precision in ("fp16", "fp8"):
+        prepared = get_backend("ipu").prepare(model, precision, batch_size=2)
+        runs[precision] = lambda prepared=prepared: prepared.forward(inputs, prepared.ops())
+    for what, run in runs.items():
+        outputs = {}
+        for threads in (1, 2):
+            with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+                outputs[threads] = run()
+        assert all(np.array_equal(outputs[1][k], outputs[2][k]) for k in outputs[1]), what
+
+
 # -- faults -----------------------------------------------------------------------------------------------------------
 def test_a_killed_worker_costs_time_not_results(workers, tmp_path, monkeypatch):
     model, prepared, inputs, _ = _case("widedeep", "fp16", count=4096)
@@ -680,6 +715,10 @@ def test_progress_says_batches_samples_rate_and_time_left_at_most_every_interval
     batches = [Batch(0, 2), Batch(2, 10), Batch(10, 18), Batch(18, 26), Batch(26, 30)]
     progress = Progress(lines.append, "widedeep-fp8", batches, interval_s=5, clock=lambda: now[0])
     progress.stored(batches[0])  # read from the store: done, but no part of the rate
+    progress.starting()  # the first batch to compute: said at once, and once
+    progress.starting()
+    assert lines == ["widedeep-fp8: computing 4 of 5 batches (1 kept from an earlier run), 28 samples"]
+    lines.clear()
     now[0] = 102.0
     progress.computed(batches[1])
     assert lines == []  # within the interval
@@ -700,10 +739,12 @@ def test_the_engine_reports_progress_through_a_run(monkeypatch):
     job = Job("widedeep-fp16", HardwareWork(model, prepared), hardware_batch, "")
     lines: list[str] = []
     Engine().run(job, inputs, batches, progress=lines.append)
-    assert lines == []  # the interval is longer than this run
+    # said when the first batch starts; then nothing: the interval is longer than this run
+    assert lines == [f"widedeep-fp16: computing {len(batches)} of {len(batches)} batches, 512 samples"]
+    lines.clear()
     monkeypatch.setattr(engine_module, "PROGRESS_INTERVAL_S", 0.0)
     Engine().run(job, inputs, batches, progress=lines.append)  # a line after every batch but the last
-    assert len(lines) == len(batches) - 1 >= 2
+    assert len(lines) == len(batches) >= 3 and lines[0].startswith("widedeep-fp16: computing ")
     assert lines[-1].startswith(f"widedeep-fp16: {len(batches) - 1}/{len(batches)} batches, "
                                 f"{batches[-1].start}/512 samples, ")
     assert lines[-1].endswith(" s left") and "samples/s" in lines[-1]

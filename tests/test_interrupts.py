@@ -187,3 +187,53 @@ def test_an_interrupt_stops_a_virtual_time_simulation_and_writes_no_summary(tmp_
     finally:
         timer.cancel()
     assert not (tmp_path / SUMMARY_FILE).exists()
+
+
+# -- an accuracy run: a batch in flight is abandoned -----------------------------------------------------------------
+STOP_BOUND_S = 5.0  # the most a person should wait for Ctrl-C or SIGTERM to end a run
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_accuracy_batches_on_workers_stops_within_seconds_and_stores_no_batch_after_it(
+        tmp_path, signum):
+    """The FP32 batches of conformer beyond the stored references run on a worker, each kept in the cache as it
+    finishes: once one is kept (others are in flight), the signal ends the run with exit status 2 within
+    STOP_BOUND_S, the batch in flight is not kept, and what is kept is whole (no temporary files)."""
+    cache, report = tmp_path / "cache", tmp_path / "report"
+    batches = cache / "batches"
+    process = subprocess.Popen([sys.executable, "-m", "pytest", "conformance/", "--hardware", "ipu", "--model",
+                                "conformer", "--profile", "smoke", "--samples", "conformer=64", "-k",
+                                "accuracy and fp16 and not half", "--workers", "1", "--cache-dir", str(cache),
+                                "--report-dir", str(report), "-p", "no:randomly", "-p", "no:cacheprovider",
+                                # Hypothesis's pytest plugin (a dependency of these tests, not of the suite) imports
+                                # all of Hypothesis at every run's end: seconds where bytecode is not cached
+                                "-p", "no:hypothesispytest"],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=_default_sigint)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)  # the pipe never fills
+    reader.start()
+    try:
+        deadline = time.monotonic() + LIMIT_S
+        while not list(batches.rglob("*.npz")):
+            assert process.poll() is None, "the run ended before a batch was kept:\n" + "".join(lines)[-3000:]
+            assert time.monotonic() < deadline, "no batch was kept"
+            time.sleep(0.05)
+        process.send_signal(signum)
+        sent, sent_at = time.monotonic(), time.time()
+        process.wait(timeout=LIMIT_S)
+        stopped_s = time.monotonic() - sent
+        reader.join(LIMIT_S)  # every process it started has let go of its output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = "".join(lines)
+    assert process.returncode == 2, output[-3000:]
+    assert not [sign for sign in CRASH_SIGNS if sign in output], output[-3000:]
+    assert stopped_s < STOP_BOUND_S, f"the run took {stopped_s:.1f} s to stop:\n{output[-3000:]}"
+    kept = list(batches.rglob("*.npz"))
+    assert kept and not [p for p in batches.rglob("*") if p.is_file() and p.suffix != ".npz"]
+    late = [p for p in kept if p.stat().st_mtime > sent_at + 0.5]
+    assert not late, f"batches kept after the signal: {late}"
+    print(f"stopped {stopped_s:.1f} s after {signal.Signals(signum).name}")

@@ -30,7 +30,7 @@ from boundedio import JSON_CONFIG_LIMIT, MIB, InputFileError, load_json, read_by
 from conformance.datafiles import DataFileError, Schema, validate
 from conformance.fileio import array_json, json_array, read_npz, sha256_arrays, write_bytes_atomic, write_text_atomic
 from conformance.targets.profiles import reference_samples
-from models import MODEL_NAMES, load_model, run_batched
+from models import MODEL_NAMES, load_model, run_batched, seeded_weights_kept
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
@@ -139,6 +139,7 @@ def generate(names, directory: Path | None = None, batch_size: int = 8, log=prin
         manifest = {"generator_version": GENERATOR_VERSION, "models": {}}
     manifest["generator_version"] = GENERATOR_VERSION
     for name in names:
+        log(f"reference {name}: {_loading(name)}, then computing the FP32 outputs")
         model = load_model(name, seed=WEIGHT_SEED)
         inputs = evaluation_inputs(model)
         outputs = run_batched(model, inputs, batch_size)
@@ -340,12 +341,20 @@ def outputs_for(model, count: int, batch_size: int, directory: Path | None = Non
     return inputs, outputs, source
 
 
+def _loading(name: str) -> str:
+    """What loading ``name``'s seeded model will do, said before it starts (building takes up to minutes)."""
+    if seeded_weights_kept(name, seed=WEIGHT_SEED):
+        return "reading the seeded weights from the cache"
+    return "building the seeded weights (once per machine: the cache keeps them)"
+
+
 def verify(names, directory: Path | None = None, recompute: bool = False, log=print) -> list[str]:
     """Problems found with the stored references of ``names`` (empty when all are good). With ``recompute``, the
     outputs are computed again in FP32 and compared (rtol 1e-4 of each output's scale)."""
     problems = []
     for name in names:
         try:
+            log(f"reference {name}: {_loading(name)}" + (", then recomputing the FP32 outputs" if recompute else ""))
             model = load_model(name, seed=WEIGHT_SEED)
             stored = load(name, directory, model=model)
             if recompute:

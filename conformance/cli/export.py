@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from conformance.cli import package_version
+from conformance.datasets.cache import cached_seeded_weights
 from conformance.datasets.user import load_checkpoint
 from conformance.fileio import write_bytes_atomic
 from conformance.hardware import get_backend
@@ -42,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    with cached_seeded_weights():  # seeded weights built once per machine
+        return _run(args)
+
+
+def _run(args) -> int:
     # onnx is imported when a graph is exported, not when the command line is built: the other subcommands never load
     # it (its protobuf registry cannot be loaded twice into one process, as test harnesses that reset modules do)
     from conformance.graphs import OPSET, poprt, record, record_precision, save, writable_target

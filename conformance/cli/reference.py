@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from conformance.accuracy import reference
+from conformance.datasets.cache import cached_seeded_weights
 from models import MODEL_NAMES, canonical_name
 
 
@@ -24,12 +25,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recompute", action="store_true", help="verify: also recompute the outputs in FP32 and compare")
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)  # at once: a line says what starts, and building a model takes up to minutes
+
+
 def run(args) -> int:
+    with cached_seeded_weights():  # seeded weights built once per machine
+        return _run(args)
+
+
+def _run(args) -> int:
     names = [n for group in args.model for n in group] or list(MODEL_NAMES)
     if args.action == "generate":
-        reference.generate(names, args.dir)
+        reference.generate(names, args.dir, log=_say)
         return 0
-    problems = reference.verify(names, args.dir, recompute=args.recompute)
+    problems = reference.verify(names, args.dir, recompute=args.recompute, log=_say)
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
     return 1 if problems else 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from conformance.accuracy import sensitivity
 from conformance.cli import EXIT_USAGE
+from conformance.datasets.cache import cached_seeded_weights
 from conformance.fileio import write_text_atomic
 from conformance.hardware import get_backend
 from conformance.hardware.ipu.faults import FAULT_NAMES
@@ -84,6 +85,11 @@ def _arguments(args) -> tuple[list[str], list[str] | None, list[str] | None]:
 
 
 def run(args) -> int:
+    with cached_seeded_weights():  # seeded weights built once per machine
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         models, precisions, faults = _arguments(args)
     except UsageError as exc:

@@ -11,12 +11,17 @@ outputs it holds; it is read bounded (a regular file, header first, no pickle) a
 A damaged entry (unreadable, truncated, another key's or model's, outputs that do not hash to what it says, not the
 output names or row count asked for) is computed again and replaced, and the replacement says why.
 
+Seeded weights are kept in the same directory (:class:`WeightCache`, ``<directory>/weights/``), keyed by what they
+are a function of (the model, its config, the seed, the recipes' version: :func:`models.base.seeded_key`), so that
+they are built once per machine; ``IPU_CONFORMANCE_WEIGHT_CACHE=0`` builds them in every run instead.
+
 The directory follows the platform's convention (``platformdirs.user_cache_dir``: ``~/.cache/ipu-conformance`` on
 Linux) unless ``--cache-dir`` or ``IPU_CONFORMANCE_CACHE`` names another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,13 +33,16 @@ import numpy as np
 import platformdirs
 
 from conformance.fileio import read_entry, sources_sha256, write_bytes_atomic, write_entry
-from models.base import MEMORY_SHARE, available_memory
+from models.base import MEMORY_SHARE, available_memory, use_seeded_weight_store
 
 CACHE_VARIABLE = "IPU_CONFORMANCE_CACHE"
+WEIGHT_CACHE_VARIABLE = "IPU_CONFORMANCE_WEIGHT_CACHE"
+_ON, _OFF = ("1", "on", "yes", "true"), ("0", "off", "no", "false")
 _ROOT = Path(__file__).resolve().parents[2]
 # Sources whose change changes the FP32 outputs of a given checkpoint and data set.
 _CODE_DIRECTORIES = (_ROOT / "models", _ROOT / "conformance" / "datasets")
 ENTRY_FORMAT = 3
+WEIGHT_ENTRY_FORMAT = 1
 
 
 class CacheError(ValueError):
@@ -48,6 +56,18 @@ class DamagedEntry(ValueError):
 def default_directory() -> Path:
     configured = os.environ.get(CACHE_VARIABLE)
     return Path(configured) if configured else Path(platformdirs.user_cache_dir("ipu-conformance"))
+
+
+def weight_cache_enabled() -> bool:
+    """Whether seeded weights are cached (``IPU_CONFORMANCE_WEIGHT_CACHE``: 1/on/yes/true, the default, or
+    0/off/no/false); a ValueError for another value."""
+    value = os.environ.get(WEIGHT_CACHE_VARIABLE, "").strip().lower()
+    if not value or value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ValueError(f"environment variable {WEIGHT_CACHE_VARIABLE}={value[:40]!r} is not a switch; expected 0 (build "
+                     "seeded weights in every run) or 1 (cache them, the default)")
 
 
 def check_writable(directory: Path) -> Path:
@@ -128,3 +148,69 @@ class OutputCache:
                           stacklevel=2)
         self.write(model, key, outputs)
         return outputs, False
+
+
+class WeightCache:
+    """Seeded weights by what they are a function of (the store :func:`models.base.use_seeded_weight_store` takes), as
+    ``<directory>/weights/<model>-<key hash>.npz`` (no pickle), each with its whole key and the hash of its arrays.
+    An entry that cannot be used (unreadable, truncated, another key's, arrays that do not hash to what it records) is
+    never read: the weights are built again and the entry replaced, with a warning saying why (``replaced``: path ->
+    why). An entry that cannot be written costs only the time to build the weights next run (a warning)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory) / "weights"
+        self.replaced: dict[str, str] = {}
+
+    def path(self, model: str, key: dict) -> Path:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        return self.directory / f"{model}-{digest[:32]}.npz"
+
+    def has(self, model: str, key: dict) -> bool:
+        return self.path(model, key).is_file()
+
+    def load(self, model: str, key: dict) -> dict[str, np.ndarray] | None:
+        path = self.path(model, key)
+        if not os.path.lexists(path):
+            return None
+        budget = int(MEMORY_SHARE * available_memory())
+        try:
+            arrays, _ = read_entry(path, "a cache entry of seeded weights",
+                                   {"format": WEIGHT_ENTRY_FORMAT, "model": model, "key": key}, max_bytes=budget,
+                                   error=DamagedEntry)
+        except DamagedEntry as exc:
+            self.replaced[str(path)] = str(exc)
+            warnings.warn(f"cache entry {path} could not be used ({exc}); {model}'s seeded weights are built again "
+                          "and the entry replaced", stacklevel=2)
+            return None
+        return arrays
+
+    def save(self, model: str, key: dict, params: dict[str, np.ndarray]) -> None:
+        path = self.path(model, key)
+        try:
+            write_entry(path, dict(params), {"format": WEIGHT_ENTRY_FORMAT, "model": model, "key": key})
+        except OSError as exc:
+            warnings.warn(f"{model}'s seeded weights could not be cached at {path} ({exc.strerror or exc}); they are "
+                          "built again in the next run", stacklevel=2)
+
+
+def weight_cache(directory: Path | None = None) -> WeightCache | None:
+    """The cache of seeded weights under ``directory`` (default: :func:`default_directory`), or None when
+    ``IPU_CONFORMANCE_WEIGHT_CACHE`` turns it off or the directory cannot be written (the weights are then built in
+    every run, with a warning saying why)."""
+    if not weight_cache_enabled():
+        return None
+    try:
+        return WeightCache(check_writable(directory if directory is not None else default_directory()))
+    except CacheError as exc:
+        warnings.warn(f"{exc}; seeded weights are built in every run", stacklevel=2)
+        return None
+
+
+@contextlib.contextmanager
+def cached_seeded_weights(directory: Path | None = None):
+    """Within the block, :func:`models.load_model` keeps seeded weights in :func:`weight_cache` (``directory``)."""
+    previous = use_seeded_weight_store(weight_cache(directory))
+    try:
+        yield
+    finally:
+        use_seeded_weight_store(previous)

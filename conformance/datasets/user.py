@@ -22,7 +22,7 @@ from boundedio import JSON_CONFIG_LIMIT, InputFileError, load_json, open_regular
 from conformance.datasets import DatasetError, EvaluationSet, load_dataset
 from conformance.datasets.cache import OutputCache, entry_key
 from conformance.distributed.source import BatchSource, Inputs, row_count, take
-from models import CheckpointError, Model, load_model, model_module, run_batched
+from models import CheckpointError, Model, load_model, model_module, run_batched, seeded_weights_kept
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
 # config.json model_type of the checkpoints each model reads (transformers' names; widedeep's own layout).
@@ -176,11 +176,14 @@ def _run_batched(model: Model, inputs: Inputs, batch_size: int) -> dict[str, np.
 
 
 def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path], samples: dict[str, int],
-               calibrations: dict[str, Path] | None = None, allow_unused_weights: bool = False) -> dict[str, UserCase]:
+               calibrations: dict[str, Path] | None = None, allow_unused_weights: bool = False,
+               say: Callable[[str], None] | None = None) -> dict[str, UserCase]:
     """The user's cases (models named by ``--checkpoint``, ``--dataset`` or ``--calibration``), each loaded and
     checked: a UserInputError names the option, the model and what is wrong. A checkpoint's tensors must all be used
-    by its config unless ``allow_unused_weights`` (``--allow-unused-weights``: the report lists them)."""
+    by its config unless ``allow_unused_weights`` (``--allow-unused-weights``: the report lists them). ``say(line)``
+    is told each step as it starts (reading a large data set takes minutes)."""
     calibrations = calibrations or {}
+    say = say or (lambda line: None)
     for option, given in (("--checkpoint", checkpoints), ("--dataset", datasets), ("--samples", samples),
                           ("--calibration", calibrations)):
         for name in given:
@@ -194,14 +197,18 @@ def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path], 
         limit = samples.get(name, samples.get("*"))
         provenance = None
         if name in checkpoints:
+            say(f"{name}: reading the checkpoint {checkpoints[name]}")
             try:
                 model, provenance = load_checkpoint(name, checkpoints[name], allow_unused_weights)
             except CheckpointError as exc:
                 raise UserInputError(f"--checkpoint {name}={checkpoints[name]}: {exc}") from None
         else:
+            if not seeded_weights_kept(name, seed=WEIGHT_SEED):
+                say(f"{name}: building the seeded weights (once per machine: the cache keeps them)")
             model = load_model(name, seed=WEIGHT_SEED)
         evaluation = None
         if name in datasets:
+            say(f"{name}: reading the data set {datasets[name]}")
             try:
                 evaluation = load_dataset(name, datasets[name], model, checkpoint=checkpoints.get(name), limit=limit,
                                           stream=True)
@@ -211,6 +218,7 @@ def load_cases(models, checkpoints: dict[str, Path], datasets: dict[str, Path], 
                 raise UserInputError(f"--dataset {name}={datasets[name]}: holds no evaluation samples")
         calibration = None
         if name in calibrations:
+            say(f"{name}: reading the calibration data {calibrations[name]}")
             try:
                 calibration = load_dataset(name, calibrations[name], model, checkpoint=checkpoints.get(name))
             except DatasetError as exc:

@@ -27,6 +27,7 @@ default).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import itertools
 import logging
@@ -48,6 +49,7 @@ from distributed.client import FutureCancelledError
 from distributed.comm import connect
 from distributed.scheduler import NoValidWorkerError
 from distributed.security import Security
+from distributed.diagnostics.plugin import WorkerPlugin
 
 from conformance.distributed.address import check_address
 from conformance.distributed.engine import Engine, EngineError, Job, RunStats, timed_compute
@@ -63,13 +65,16 @@ WORKER_TTL_S = 60  # a local worker that sends no heartbeat for this long is rem
 NO_WORKERS_TIMEOUT_S = 300  # a batch that no worker of a local cluster can take for this long fails the run
 MAX_STATE_SCATTERS = 5  # times a job's state is sent to the workers again after those that held it were lost
 IN_FLIGHT_PER_WORKER = 2  # batches submitted per worker ahead of those finished
+WORKER_STOP_S = 0.5  # how long a local worker has to stop when the engine closes before its process is ended
 
 
 def blas_signature() -> dict[str, list]:
-    """The BLAS libraries loaded in this process, by library name: API, version, CPU kernels and threads (the bits
-    of the FP32 ops depend on them)."""
+    """The BLAS libraries loaded in this process, by library name: API, version and CPU kernels (the bits of the FP32
+    ops depend on them). Not the thread count: a product's threads share out its rows and columns, never the sum
+    over one element's terms, so the bits are the same on any count (measured on the six models at every
+    precision, one thread against two), and each worker may use its share of the cores."""
     return {os.path.basename(str(info.get("filepath"))): [info.get("internal_api"), info.get("version"),
-                                                          info.get("architecture"), info.get("num_threads")]
+                                                          info.get("architecture")]
             for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"}
 
 
@@ -90,11 +95,25 @@ def blas_threads() -> int | None:
     return max(counts) if counts else None
 
 
-def worker_environment() -> dict[str, str]:
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def worker_blas_threads(workers: int) -> int:
+    """BLAS threads of each of ``workers`` local workers: their share of the cores, at least one (more threads than
+    cores, each spinning while it waits for the others, run several times slower than one)."""
+    return max(1, usable_cores() // max(1, workers))
+
+
+def worker_environment(workers: int) -> dict[str, str]:
     """The environment a local worker starts with (set before it starts, so that BLAS reads it when it loads): the
-    emulator's kernels in one thread (``CONFORMANCE_THREADS=1``: their bits do not depend on it), and BLAS with as many
-    threads as this process's, because the bits of the FP32 ops (the probe's references) do depend on it."""
-    blas = str(blas_threads() or 1)
+    emulator's kernels in one thread (``CONFORMANCE_THREADS=1``: their bits do not depend on it) and BLAS with the
+    worker's share of the cores (:func:`worker_blas_threads`; its bits do not depend on it either)."""
+    blas = str(worker_blas_threads(workers))
     return {**dask.config.get("distributed.nanny.pre-spawn-environ"), THREADS_VARIABLE: "1", "OMP_NUM_THREADS": blas,
             "OPENBLAS_NUM_THREADS": blas, "MKL_NUM_THREADS": blas}
 
@@ -102,6 +121,31 @@ def worker_environment() -> dict[str, str]:
 def scheduler_worker_ttl(dask_scheduler=None) -> float | None:
     """The seconds after which the scheduler removes a worker that sends no heartbeat (run on the scheduler)."""
     return dask_scheduler.worker_ttl
+
+
+class BlasThreads(WorkerPlugin):
+    """Each local worker's BLAS threads, set in the worker once it runs (and in every worker that replaces a lost
+    one) and again as each task starts: the environment alone is not enough where a worker process loads BLAS before
+    it reads the environment it was given (a program whose main module imports numpy), or loads another BLAS later
+    that does not read it (scipy's)."""
+
+    name = "conformance-blas-threads"
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def setup(self, worker) -> None:
+        threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if finish == "executing":  # a batch takes seconds; this takes a millisecond
+            threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
+
+
+async def _stop_workers(nannies, timeout: float) -> None:
+    """Close the local workers' nannies at once, each worker process ended after ``timeout`` if it has not stopped."""
+    await asyncio.gather(*(nanny.close(timeout=timeout, reason="engine-close") for nanny in nannies),
+                         return_exceptions=True)
 
 
 def has_dashboard() -> bool:
@@ -259,6 +303,7 @@ class DaskEngine(Engine):
         connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
         self.address = check_address(address) if address is not None else None
         self._cluster = None
+        self._abandoned = False  # a run stopped with batches in flight: the workers are ended, not waited for
         if self.address is not None:
             probe(self.address, connect_timeout)
             deadline = time.monotonic() + connect_timeout
@@ -274,7 +319,7 @@ class DaskEngine(Engine):
                                   f"({type(exc).__name__}: {str(exc)[:200]}); is `dask scheduler` running there and "
                                   "reachable from here?") from None
         else:
-            with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environment(),
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": worker_environment(workers or 1),
                                   "distributed.scheduler.worker-ttl": f"{WORKER_TTL_S}s",
                                   "distributed.scheduler.no-workers-timeout": f"{NO_WORKERS_TIMEOUT_S}s",
                                   # every worker keeps its copy of a job's state: one that is lost costs no other
@@ -283,6 +328,7 @@ class DaskEngine(Engine):
                                              dashboard_address=":0",  # a free port: never a clash
                                              silence_logs=logging.ERROR)
             self.client = Client(self._cluster, set_as_default=False)
+            self.client.register_plugin(BlasThreads(worker_blas_threads(workers or 1)))
         try:
             if self.address is not None:
                 _within(time.monotonic() + connect_timeout, connect_timeout, self._check_worker_ttl,
@@ -333,7 +379,7 @@ class DaskEngine(Engine):
             shown = "; ".join(f"{name}: {there} there, {here} here" for name, (here, there) in differs.items())
             raise EngineError(f"{len(other)} of {len(theirs)} workers of {self.where} run another BLAS than this "
                               f"process ({worker}: {shown}), so their FP32 ops would not give the same bits; start "
-                              f"them with OPENBLAS_NUM_THREADS={blas_threads() or 1} and the same numpy build")
+                              "them with the same numpy build on the same kind of CPU")
 
     @property
     def where(self) -> str:
@@ -430,6 +476,7 @@ class DaskEngine(Engine):
                     running.add(submit(item))
                 yield index, outputs, extras, seconds
         finally:
+            self._abandoned = self._abandoned or bool(futures)  # batches in flight when the run stopped
             self.client.cancel(list(futures) + [shared["state"]])
             lost = sorted(before - set(self.client.scheduler_info()["workers"]))
             if lost:
@@ -443,4 +490,9 @@ class DaskEngine(Engine):
         if client is not None:
             client.close()
         if cluster is not None:
+            if self._abandoned:
+                # a worker inside a batch (an interrupted run) cannot stop when asked: it is ended after
+                # WORKER_STOP_S, not the nannies' default 5 s, and its batch is abandoned (nothing of it is kept)
+                with contextlib.suppress(Exception):
+                    cluster.sync(_stop_workers, list(cluster.workers.values()), WORKER_STOP_S)
             cluster.close()

@@ -76,7 +76,18 @@ class Progress:
         self.batches = len(batches)
         self.samples = sum(b.stop - b.start for b in batches)
         self.done_batches = self.done_samples = self.computed_samples = 0
+        self.started = False  # the first batch to compute has been said
         self.start = self.last = clock()
+
+    def starting(self) -> None:
+        """A batch is about to be computed: the first time, said at once (one batch may take minutes), with the batches
+        the store already had."""
+        if self.started:
+            return
+        self.started = True
+        kept = f" ({self.done_batches} kept from an earlier run)" if self.done_batches else ""
+        self.say(f"{self.name}: computing {self.batches - self.done_batches} of {self.batches} batches"
+                 f"{kept}, {self.samples - self.done_samples} samples")
 
     def stored(self, batch: Batch) -> None:
         self.done_batches += 1
@@ -177,6 +188,7 @@ class Engine:
                         stats.stored += 1
                         tracker.stored(batch)
                         continue
+                tracker.starting()
                 yield index, part, batch.options
 
         for index, outputs, extras, seconds in self._compute(job, todo(), stats):

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from boundedio import InputFileError, ascii_integer, read_text
-from conformance.datasets.cache import CACHE_VARIABLE, CacheError, check_writable, default_directory
+from conformance.datasets.cache import (
+    CACHE_VARIABLE,
+    WEIGHT_CACHE_VARIABLE,
+    CacheError,
+    check_writable,
+    default_directory,
+    weight_cache_enabled,
+)
 from conformance.distributed import EngineError, check_address
 from conformance.hardware import Backend, get_backend, hardware_names
 from conformance.numerics import arrays
@@ -579,11 +586,21 @@ def check_cache_variable(value: str) -> None:
         raise SettingsError(f"environment variable {CACHE_VARIABLE}={value!r} is not a path: it holds a NUL character")
 
 
+def check_weight_cache_variable(value: str) -> None:
+    """Whether seeded weights are cached: what :func:`~conformance.datasets.cache.weight_cache_enabled` reads."""
+    try:
+        weight_cache_enabled()
+    except ValueError:
+        raise SettingsError(f"environment variable {WEIGHT_CACHE_VARIABLE}={value[:40]!r} is not a switch; set it to 0 "
+                            "(build seeded weights in every run) or 1, or unset it (default: cached)") from None
+
+
 # variable -> its check of a set, non-empty value (empty is as if unset)
 ENVIRONMENT: dict[str, Callable[[str], None]] = {
     THREADS_VARIABLE: check_threads,
     KERNELS_VARIABLE: check_kernels,
     CACHE_VARIABLE: check_cache_variable,
+    WEIGHT_CACHE_VARIABLE: check_weight_cache_variable,
 }
 
 

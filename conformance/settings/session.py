@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import sys
 
 import numpy
 import pytest
@@ -31,11 +32,15 @@ def progress_line(config: pytest.Config, message: str) -> None:
     """One line of progress on the terminal (a long accuracy run says which model it is on), shown at once also
     while a test runs with its output captured (pytest's capture is suspended for the line, as for ``-s``)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None:
-        return
     capture = config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        if reporter is None:  # while the options are checked, before pytest's terminal is set up
+            if config.getoption("verbose", 0) >= 0:
+                print(f"[conformance] {message}", file=sys.stderr, flush=True)
+            return
         reporter.ensure_newline()
+        if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):  # after another line under the dots
+            reporter.write("\n")
         reporter.write_line(f"[conformance] {message}")
 
 
