@@ -65,6 +65,12 @@ def test_columns_sets_the_width(sample, monkeypatch):
     assert render.terminal_width(SimpleNamespace(isatty=lambda: False)) == render.TERMINAL_FALLBACK
 
 
+@pytest.mark.parametrize("columns", ["²", "٣٠٠", "１２０", "-5", "0", "wide"])
+def test_columns_other_than_ascii_digits_is_ignored(monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", columns)
+    assert render.terminal_width(SimpleNamespace(isatty=lambda: False)) == render.TERMINAL_FALLBACK
+
+
 def test_narrower_than_the_words_allow_every_word_is_still_whole(sample):
     text = render.terminal(sample, width=40)
     headers = render.check_headers(sample)

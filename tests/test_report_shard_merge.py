@@ -45,7 +45,7 @@ def test_shard_selection_does_not_depend_on_collection_order():
         assert sorted(i.nodeid for i in a) == sorted(i.nodeid for i in b)
 
 
-@pytest.mark.parametrize("text", ["0/3", "4/3", "1/0", "a/b", "1", "", "1/2/3"])
+@pytest.mark.parametrize("text", ["0/3", "4/3", "1/0", "a/b", "1", "", "1/2/3", "١/٢", "１/２"])
 def test_bad_shard_is_refused(text):
     with pytest.raises(ValueError, match="--shard"):
         shard.parse_shard(text)

@@ -182,12 +182,12 @@ def check_rows(results: dict) -> list[tuple]:
     for r in results["records"]:
         row = (r["model"], r["precision"], r.get("scenario") or "", r["check"], _value_text(r),
                f"{r['op']} {fmt(r.get('target'))}", r.get("units", ""))
-        shown = verdict_text(r)
+        shown = record_verdict_text(r)
         rows.append((*row, timing_label(r, results), shown) if with_timing else (*row, shown))
     return rows
 
 
-def verdict_text(record: dict) -> str:
+def record_verdict_text(record: dict) -> str:
     """:func:`verdict`, with why a failing figure of measured hardware is the host's (``details.host_bound``)."""
     shown = verdict(record)
     hosted = (record.get("details") or {}).get("host_bound")
@@ -624,7 +624,7 @@ def terminal_width(stream=None) -> int:
     """``COLUMNS`` when set, else the width of the terminal ``stream`` (standard output) writes to, else
     :data:`TERMINAL_FALLBACK` (output that goes to a file or a pipe)."""
     columns = os.environ.get("COLUMNS", "").strip()
-    if columns.isdigit() and int(columns) > 0:
+    if columns.isascii() and columns.isdigit() and int(columns) > 0:  # int() reads "٣"; isdigit() passes "²"
         return max(int(columns), NARROWEST)
     stream = sys.stdout if stream is None else stream
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_SHARD_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_SHARD_RE = re.compile(r"^\s*([0-9]+)\s*/\s*([0-9]+)\s*$")  # ASCII digits: int() reads other scripts' too
 
 
 @dataclass(frozen=True)
