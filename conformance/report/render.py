@@ -182,12 +182,12 @@ def check_rows(results: dict) -> list[tuple]:
     for r in results["records"]:
         row = (r["model"], r["precision"], r.get("scenario") or "", r["check"], _value_text(r),
                f"{r['op']} {fmt(r.get('target'))}", r.get("units", ""))
-        shown = verdict_text(r)
+        shown = check_verdict_text(r)
         rows.append((*row, timing_label(r, results), shown) if with_timing else (*row, shown))
     return rows
 
 
-def verdict_text(record: dict) -> str:
+def check_verdict_text(record: dict) -> str:
     """:func:`verdict`, with why a failing figure of measured hardware is the host's (``details.host_bound``)."""
     shown = verdict(record)
     hosted = (record.get("details") or {}).get("host_bound")
