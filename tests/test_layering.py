@@ -25,8 +25,8 @@ LAYERS = {
     "conformance.perf": 1,
     "conformance.report": 1,
     "conformance.targets": 1,
-    # a backend that runs the suite's graphs on an engine (graphs must not import it back)
-    "conformance.hardware.onnxruntime": 1,
+    # backends that run the suite's graphs on an engine: they import graphs and hardware, neither imports them
+    "conformance.engines": 1,
     "conformance.hardware": 2,
     "conformance.distributed": 2,  # the engine that runs an accuracy run's batches as tasks
     "conformance.numerics": 3,  # the emulator's formats and kernels (float partials: the models' FP32 convolution)
@@ -231,3 +231,21 @@ def test_a_cycle_between_two_modules_is_found():
     graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p": {"p.a"}, "q": {"p"}}
     assert _module_cycles(graph) == [["p.a", "p.b", "p.c"]]
     assert _module_cycles({"p": {"p.a", "p.b"}, "p.a": {"p.b"}}) == []
+
+
+def test_a_folder_inside_a_part_is_not_above_it():
+    """A part's folders sit in its layer or below: a backend that imports the graphs lives beside them
+    (``conformance/engines/``), not inside ``hardware/`` with an exemption that lifts it above its own folder."""
+    lifted = [f"{inner} (layer {LAYERS[inner]}) inside {outer} (layer {LAYERS[outer]})"
+              for inner in LAYERS for outer in LAYERS
+              if inner.startswith(outer + ".") and LAYERS[inner] < LAYERS[outer]]
+    assert not lifted, "\n".join(lifted)
+
+
+def test_the_hardware_layer_imports_no_graph():
+    """The hardware interface and its backends run the models' ops; one that runs the suite's ONNX graphs imports
+    them from above (``conformance.engines``)."""
+    found = [where for source, target, where in _edges()
+             if source in ("conformance.hardware", "conformance.distributed", "conformance.numerics")
+             and target in ("conformance.graphs", "conformance.engines")]
+    assert not found, "\n".join(found)
