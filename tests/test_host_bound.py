@@ -96,7 +96,7 @@ def test_a_late_host_makes_a_host_bound_failure(tmp_path):
     assert record["details"]["host_bound"].startswith("p90 latency ")
     assert "(host-bound: p90 latency " in results["tests"][0]["message"]
     assert "{" not in results["tests"][0]["message"]  # figures with their units, not a dict
-    assert render.record_verdict_text(record).startswith("FAIL (host-bound: p90 latency ")
+    assert render.check_verdict_text(record).startswith("FAIL (host-bound: p90 latency ")
     headers, rows = render.matrix(results)
     assert rows[0][headers.index("SingleStream")].startswith("FAIL (host-bound)")
     assert "FAIL (host-bound)" in done.stdout

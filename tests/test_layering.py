@@ -25,8 +25,8 @@ LAYERS = {
     "conformance.perf": 1,
     "conformance.report": 1,
     "conformance.targets": 1,
-    # a backend that runs the suite's graphs on an engine (graphs must not import it back)
-    "conformance.hardware.onnxruntime": 1,
+    # backends that run the suite's graphs on an engine: they import graphs and hardware, neither imports them
+    "conformance.engines": 1,
     "conformance.hardware": 2,
     "conformance.distributed": 2,  # the engine that runs an accuracy run's batches as tasks
     "conformance.numerics": 3,  # the emulator's formats and kernels (float partials: the models' FP32 convolution)
@@ -166,4 +166,86 @@ def test_models_import_nothing_from_the_suite():
     found = [f"{path.relative_to(REPO)}:{line} imports {module}" for path in _sources()
              if _part(_module_name(path)) == "models" for line, module, _ in _imports(path)
              if module == "conformance" or module.startswith("conformance.")]
+    assert not found, "\n".join(found)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Every project module's imports of other project modules (a package's ``__init__`` is the package's name);
+    ``from package import name`` of a name the package defines is an import of the package."""
+    modules = {_module_name(path): path for path in _sources()}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        for _, module, _ in _imports(path):
+            while module not in modules and "." in module:
+                module = module.rsplit(".", 1)[0]  # a name imported from a module
+            if module in modules and module != name:
+                graph.setdefault(name, set()).add(module)
+    return graph
+
+
+def _module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles between modules of one package (strongly connected components of more than one module whose
+    modules share their package), each sorted. A package's ``__init__`` importing its submodules is no cycle unless a
+    submodule imports the package back."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_cycles_between_modules():
+    """Two modules that import each other (a ``TYPE_CHECKING`` import too) are one module in two files: what both
+    need moves down into a third."""
+    cycles = _module_cycles(_module_graph())
+    assert not cycles, "modules that import each other: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_a_cycle_between_two_modules_is_found():
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p": {"p.a"}, "q": {"p"}}
+    assert _module_cycles(graph) == [["p.a", "p.b", "p.c"]]
+    assert _module_cycles({"p": {"p.a", "p.b"}, "p.a": {"p.b"}}) == []
+
+
+def test_a_folder_inside_a_part_is_not_above_it():
+    """A part's folders sit in its layer or below: a backend that imports the graphs lives beside them
+    (``conformance/engines/``), not inside ``hardware/`` with an exemption that lifts it above its own folder."""
+    lifted = [f"{inner} (layer {LAYERS[inner]}) inside {outer} (layer {LAYERS[outer]})"
+              for inner in LAYERS for outer in LAYERS
+              if inner.startswith(outer + ".") and LAYERS[inner] < LAYERS[outer]]
+    assert not lifted, "\n".join(lifted)
+
+
+def test_the_hardware_layer_imports_no_graph():
+    """The hardware interface and its backends run the models' ops; one that runs the suite's ONNX graphs imports
+    them from above (``conformance.engines``)."""
+    found = [where for source, target, where in _edges()
+             if source in ("conformance.hardware", "conformance.distributed", "conformance.numerics")
+             and target in ("conformance.graphs", "conformance.engines")]
     assert not found, "\n".join(found)

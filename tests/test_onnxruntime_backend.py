@@ -24,7 +24,7 @@ from conformance.distributed import fingerprint
 from conformance.graphs import FloatPartialsOps, record, save
 from conformance.graphs.runtime import relative_error
 from conformance.hardware import backend_class, get_backend, hardware_names
-from conformance.hardware.onnxruntime.backend import OnnxruntimeBackend, OrtPrepared
+from conformance.engines.onnxruntime.backend import OnnxruntimeBackend, OrtPrepared
 from conformance.targets.accuracy import applicable, gates_for
 from models import load_model
 from models.seeds import EVAL_SEED

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 
 from conformance.hardware.ipu.policy import Fp8Settings, Policy
+from conformance.numerics import FP8_FORMATS, format_info
 
 # The suite's FP8 modes as PopRT's converter precisions (precisions.toml: fp8 = "none" | "weights" | "all").
 CONVERTER_PRECISION = {"none": "fp16", "weights": "fp8_weight", "all": "fp8"}
-FORMAT_NAMES = {"f143": "F143", "f152": "F152"}
+FORMAT_NAMES = {fmt: format_info(fmt).poprt_name for fmt in FP8_FORMATS}  # PopRT's names, from the format table
 
 
 def settings(model: str, policy: Policy, fp8: Fp8Settings | None, scales: dict[str, dict[str, int]]) -> dict:

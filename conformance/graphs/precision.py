@@ -49,8 +49,9 @@ from conformance.hardware.ipu.policy import Policy
 VERIFY_TOLERANCE = 1.0
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
-# The ONNX element types of the IPU's FP8 formats (opset 19 on); FLOAT8E4M3FN (max 448) is not F143.
-FP8_TYPES = {"f143": onnx.TensorProto.FLOAT8E4M3FNUZ, "f152": onnx.TensorProto.FLOAT8E5M2FNUZ}
+# The ONNX element types of the IPU's FP8 formats (opset 19 on; the format table names them); FLOAT8E4M3FN (max 448)
+# is not F143.
+FP8_TYPES = {fmt: getattr(onnx.TensorProto, numerics.format_info(fmt).onnx_type) for fmt in numerics.FP8_FORMATS}
 
 
 class FloatPartialsOps(IpuOps):

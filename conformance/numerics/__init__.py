@@ -15,13 +15,15 @@ Public API::
     kernel_path("numpy" | "numba")                                              -> context manager: which kernels run
     arrays.use("numpy" | "torch:cpu" | "torch:cuda")                            -> context manager: which array library
 
-``fmt`` is one of ``FORMAT_NAMES`` = ("f16", "f143", "f152"); values are d = q * 2**scale (FP8 only).
+``fmt`` is one of ``FORMAT_NAMES`` = ("f16", "f143", "f152"), declared in :mod:`~conformance.numerics.format_table`
+(``FP8_FORMATS`` the scaled ones); values are d = q * 2**scale (FP8 only).
 """
 
 from conformance.numerics import arrays
 from conformance.numerics.compiled import KERNEL_PATHS, active_path, kernel_path
 from conformance.numerics.formats import (
     FORMAT_NAMES,
+    FP8_FORMATS,
     OVERFLOW_MODES,
     ROUNDING_MODES,
     SCALE_RANGE,
@@ -38,6 +40,7 @@ from conformance.numerics.kernels import DEFAULT_BLOCK, PARTIALS, conv2d, conv_w
 __all__ = [
     "DEFAULT_BLOCK",
     "FORMAT_NAMES",
+    "FP8_FORMATS",
     "KERNEL_PATHS",
     "OVERFLOW_MODES",
     "PARTIALS",

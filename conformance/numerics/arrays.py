@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from conformance.numerics.format_table import FP8_FORMATS, format_info
+
 DEFAULT = "numpy"
 LIBRARIES = ("numpy", "torch")
 # the extra a library is installed by (pip install "ipu-conformance[NAME]")
@@ -73,7 +75,7 @@ class ArrayLibrary:
         """The library's dtype whose values are those of format ``fmt`` ("f16", "f143", "f152"), and whose cast from
         float32 rounds to nearest even (with FP8 overflow and Inf to NaN): the rounding kernels cast through it."""
         torch = self.module
-        return {"f16": torch.float16, "f143": torch.float8_e4m3fnuz, "f152": torch.float8_e5m2fnuz}[fmt]
+        return getattr(torch, format_info(fmt).dtype_name)
 
     def extrema(self, x) -> tuple[float, float]:
         """(min, max) of a float array in one pass; NaN when it holds a NaN, (0, 0) when it is empty."""
@@ -143,10 +145,10 @@ def load(spec: str) -> ArrayLibrary:
                 f"array library {library.spec} needs {module}, which cannot be imported ({exc}); install it with "
                 f"pip install 'ipu-conformance[{EXTRAS[library.name]}]'") from None
     torch = library.module
-    for fmt in ("f143", "f152"):
-        if not hasattr(torch, {"f143": "float8_e4m3fnuz", "f152": "float8_e5m2fnuz"}[fmt]):
-            raise ArrayLibraryError(f"array library {library.spec}: torch {torch.__version__} has no FNUZ float8 dtypes "
-                                    "(float8_e4m3fnuz, float8_e5m2fnuz); install torch 2.1 or later")
+    missing = [format_info(fmt).dtype_name for fmt in FP8_FORMATS if not hasattr(torch, format_info(fmt).dtype_name)]
+    if missing:
+        raise ArrayLibraryError(f"array library {library.spec}: torch {torch.__version__} has no FNUZ float8 dtypes "
+                                f"({', '.join(missing)}); install torch 2.1 or later")
     if library.device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise ArrayLibraryError(f"array library {library.spec}: no CUDA device is available to torch "

@@ -35,8 +35,8 @@ import numpy as np
 
 from boundedio import MAX_DIGITS, ascii_integer
 from conformance.numerics import arrays, compiled, namespace
+from conformance.numerics.format_table import FORMAT_NAMES, FP8_FORMATS, FormatInfo, format_info
 
-FORMAT_NAMES = ("f16", "f143", "f152")
 OVERFLOW_MODES = ("sat", "nan")
 ROUNDING_MODES = ("nearest", "stochastic")
 SCALE_RANGE = (-32, 31)
@@ -49,54 +49,6 @@ _CHUNK = 1 << 17
 # the second core gives.
 COMPILED_GRAIN = 1 << 17
 _COMPILED_ALIGN = 1 << 10  # parts start on 4 KiB boundaries
-
-
-@dataclass(frozen=True)
-class FormatInfo:
-    """One IPU number format. ``emin``/``emax`` are the exponents of the smallest normal and of the largest binade."""
-
-    name: str
-    exponent_bits: int
-    mantissa_bits: int
-    bias: int
-    max_value: float
-    has_inf: bool
-    code_dtype: type
-
-    @property
-    def emin(self) -> int:
-        return 1 - self.bias
-
-    @property
-    def emax(self) -> int:
-        return int(np.floor(np.log2(self.max_value)))
-
-    @property
-    def min_normal(self) -> float:
-        return 2.0**self.emin
-
-    @property
-    def min_subnormal(self) -> float:
-        return 2.0 ** (self.emin - self.mantissa_bits)
-
-    @property
-    def code_bits(self) -> int:
-        return 1 + self.exponent_bits + self.mantissa_bits
-
-
-_FORMATS = {
-    "f16": FormatInfo("f16", 5, 10, 15, 65504.0, True, np.uint16),
-    "f143": FormatInfo("f143", 4, 3, 8, 240.0, False, np.uint8),
-    "f152": FormatInfo("f152", 5, 2, 16, 57344.0, False, np.uint8),
-}
-
-
-def format_info(fmt: str) -> FormatInfo:
-    """The :class:`FormatInfo` of ``fmt`` (``"f16"``, ``"f143"`` or ``"f152"``)."""
-    try:
-        return _FORMATS[fmt]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown number format {fmt!r}; expected one of: {', '.join(FORMAT_NAMES)}") from None
 
 
 def _check_scale(info: FormatInfo, scale) -> int:
@@ -569,7 +521,7 @@ def encode(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: str 
 def _decode_table(fmt: str, scale: int) -> np.ndarray:
     """float32 value of every code, from the bit fields: subnormal ``f * 2**(emin - m)``, normal
     ``(1 + f / 2**m) * 2**(e - bias)``, times ``2**scale``."""
-    info = _FORMATS[fmt]
+    info = format_info(fmt)
     m, sign_bit = info.mantissa_bits, info.code_bits - 1
     codes = np.arange(1 << info.code_bits, dtype=np.int64)
     exponent_field = (codes >> m) & ((1 << info.exponent_bits) - 1)

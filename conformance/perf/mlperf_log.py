@@ -31,16 +31,14 @@ import math
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 import numpy as np
 
 from conformance.fileio import write_text_atomic
 from conformance.perf import loadgen_rules as rules
 from conformance.perf.harness import ScenarioResult, ScenarioSettings
-
-if TYPE_CHECKING:
-    from conformance.perf.virtual import SimulationTrace
+from conformance.perf.trace import SimulationTrace
 
 DETAIL_FILE = "mlperf_log_detail.txt"
 SUMMARY_FILE = "mlperf_log_summary.txt"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +55,7 @@ from conformance.perf.harness import (
     scenario_metric,
 )
 from conformance.perf.mlperf_log import write_loadgen_logs
+from conformance.perf.trace import SimulationTrace
 
 SUMMARY_FILE = "simulation_summary.json"
 
@@ -66,25 +67,6 @@ class _Query:
     finished: simpy.Event | None  # for the scenarios that wait for a query before issuing the next
     pending: int = 0
     done_at: float | None = None  # when its last sample completed (served)
-
-
-@dataclass
-class SimulationTrace:
-    """What a simulated run measured (virtual seconds)."""
-
-    sample_latencies: list[float] = field(default_factory=list)
-    query_latencies: list[float] = field(default_factory=list)
-    queries_issued: int = 0
-    final_scheduled: float = 0.0
-    final_issued: float = 0.0
-    last_completion: float = 0.0
-    final_query_done: float = 0.0  # when the last issued query's samples were all done (LoadGen's Server throughput)
-    batches: int = 0
-    batch_sizes: list[int] = field(default_factory=list)
-    samples_issued: int = 0
-    samples_completed: int = 0
-    errors: list[str] = field(default_factory=list)  # the device's error that ended the run early (at most one)
-    issued_indices: list[int] | None = None  # every issued sample's index, in sequence-id order (when an accuracy log is due)
 
 
 class _BatchingSUT:

@@ -19,19 +19,23 @@ from dataclasses import dataclass
 from tabulate import tabulate
 
 from conformance.report.render import NOT_ESTABLISHED, VERDICT_ORDER, fit_table, fmt, terminal_width, verdict, wrap
+from conformance.report.record import recorded_settings
 
 HEADERS = ("Check", "Old", "New", "Delta", "Target", "Old verdict", "New verdict", "Change")
 RUN_ORDER = ("PASS", "NO VERDICT", "FAIL")  # a run that judged nothing is worse than one that passed
 # what a check's change is classified as; WORSE in capitals, as it fails the comparison
 BETTER, WORSE, SETTINGS, CHANGED, ADDED, REMOVED = "better", "WORSE", "settings", "changed", "added", "removed"
 
-# Settings that change the figures: run-wide (results.json ``settings`` key -> how it is named) ...
-RUN_SETTINGS = {"profile": "profile", "device": "device", "real_time_loadgen": "LoadGen on real time"}
-# ... and per model (the name of the setting -> where results.json holds it, model -> value)
-MODEL_SETTINGS = ("samples", "batch size", "checkpoint", "data set", "calibration")
+# How each results.json ``settings`` key is compared (Recorded.compare and .label of its field): settings that change
+# the figures, run-wide (key -> how it is named) ...
+RUN_SETTINGS = {key: meta.label for key, meta in recorded_settings().items() if meta.compare == "figures"}
+# ... and per model (key -> how it is named; results.json holds model -> value), with the profile's batch size after
+# the sample count
+PER_MODEL = {key: meta.label for key, meta in recorded_settings().items() if meta.compare == "model"}
+MODEL_SETTINGS = (PER_MODEL["samples"], "batch size", *(name for key, name in PER_MODEL.items() if key != "samples"))
 FIGURE_SETTINGS = (*RUN_SETTINGS.values(), *MODEL_SETTINGS)
 # Settings that choose which checks run, not what they measure: a check outside the choice is added or removed.
-SELECTION_SETTINGS = {"models": "models", "precisions": "precisions"}
+SELECTION_SETTINGS = {key: meta.label for key, meta in recorded_settings().items() if meta.compare == "selection"}
 
 
 @dataclass(frozen=True)
@@ -66,10 +70,12 @@ def _model_settings(data: dict, model: str) -> dict[str, object]:
     given = settings.get("samples")
     found = {}
     if given is not None and model in profile.get("samples", {}):  # --samples MODEL=N, then --samples N (*), then the profile's
-        found["samples"] = given.get(model, given.get("*", profile["samples"][model]))
+        found[PER_MODEL["samples"]] = given.get(model, given.get("*", profile["samples"][model]))
     if model in profile.get("batch_size", {}):
         found["batch size"] = profile["batch_size"][model]
-    for key, name in (("checkpoints", "checkpoint"), ("datasets", "data set"), ("calibrations", "calibration")):
+    for key, name in PER_MODEL.items():
+        if key == "samples":
+            continue
         if settings.get(key) is not None:
             found[name] = settings[key].get(model)
     return found

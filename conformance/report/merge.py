@@ -14,14 +14,14 @@ import json
 
 from conformance.report.collect import assign_ids
 from conformance.report.judged import judged_by_model
-from conformance.report.record import EXIT_NO_VERDICT, judge
+from conformance.report.record import EXIT_NO_VERDICT, judge, recorded_settings
 from conformance.report.shard import parse_shard
 
-# settings that must agree; shard, xfail_file and baseline legitimately differ. Paths of the user's checkpoints and data
-# may differ between machines: the models given them must agree, and their contents (sha256 in the records) where
-# two shards both judged the model.
-SAME_SETTINGS = ("hardware", "profile", "models", "precisions", "device", "real_time_loadgen", "samples", "tables")
-SAME_MODELS = ("checkpoints", "datasets", "calibrations")
+# settings that must agree (Recorded.shards of each results.json key); shard, xfail_file and baseline legitimately
+# differ. Paths of the user's checkpoints and data may differ between machines: the models given them must agree, and
+# their contents (sha256 in the records) where two shards both judged the model.
+SAME_SETTINGS = tuple(key for key, meta in recorded_settings().items() if meta.shards == "same")
+SAME_MODELS = tuple(key for key, meta in recorded_settings().items() if meta.shards == "models")
 JUDGED_PARTS = ("checkpoint", "dataset", "fp8_calibration")
 
 

@@ -113,25 +113,72 @@ class Selection(_Closed):
     skipped: StrictInt = Field(ge=0, description="the tests that ran and were skipped")
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """How a key of results.json's ``settings`` is kept, stated once on its field of :class:`Settings`.
+
+    ``shards``: ``"same"`` (the shards of one run agree on it), ``"models"`` (they name the same models: paths may
+    differ between machines) or ``""`` (it may differ). ``compare``: how ``report compare`` and ``--baseline`` weigh a
+    difference: ``"figures"`` (it changes the figures of the whole run), ``"model"`` (it changes a model's figures),
+    ``"selection"`` (it chooses which checks run), ``""`` (not compared; the hardware is compared on its own: runs of
+    different hardware are refused); ``label``: its name there. ``value``: the key's value from the run's settings
+    and backend (None: :func:`build` writes it from its own arguments). The option a setting comes from names its key
+    (``Option.recorded`` in :mod:`conformance.settings.options`)."""
+
+    shards: Literal["same", "models", ""] = ""
+    compare: Literal["figures", "model", "selection", ""] = ""
+    label: str = ""
+    value: Any = None  # (settings, backend) -> the JSON value
+
+
+def _paths(key: str):
+    def value(settings, backend) -> dict:
+        return {model: str(path) for model, path in sorted((getattr(settings, key) or {}).items())}
+    return value
+
+
 class Settings(_Open):
-    hardware: str
-    profile: str
-    models: list[str]
+    hardware: Annotated[str, Recorded(shards="same")]
+    profile: Annotated[str, Recorded(shards="same", compare="figures", label="profile")]
+    models: Annotated[list[str], Recorded(shards="same", compare="selection", label="models")]
     shard: Optional[str] = Field(pattern=r"^[0-9]+/[0-9]+$")
     xfail_file: Optional[str]
     baseline: Optional[str]
-    precisions: Optional[list[str]] = Field(None, description="--precision (absent from older files)")
-    device: Optional[str] = Field(None, description="the simulated chip, or null for measured hardware")
-    real_time_loadgen: Optional[bool] = None
-    samples: Optional[dict[str, StrictInt]] = Field(None, description="--samples: model (or * for all) -> N")
-    checkpoints: Optional[dict[str, str]] = Field(None, description="--checkpoint: model -> path")
-    datasets: Optional[dict[str, str]] = Field(None, description="--dataset: model -> path")
-    calibrations: Optional[dict[str, str]] = Field(None, description="--calibration: model -> path")
-    tables: Optional[str] = Field(None, pattern=r"^[0-9a-f]{64}$",
-                                  description="SHA-256 of the target tables the run was judged with (absent in older files)")
+    precisions: Annotated[Optional[list[str]], Recorded(
+        shards="same", compare="selection", label="precisions", value=lambda settings, backend: list(settings.precisions)),
+    ] = Field(None, description="--precision (absent from older files)")
+    device: Annotated[Optional[str], Recorded(
+        shards="same", compare="figures", label="device", value=lambda settings, backend: settings.device or backend.chip),
+    ] = Field(None, description="the simulated chip, or null for measured hardware")
+    real_time_loadgen: Annotated[Optional[bool], Recorded(
+        shards="same", compare="figures", label="LoadGen on real time",
+        value=lambda settings, backend: bool(settings.real_time_loadgen))] = None
+    samples: Annotated[Optional[dict[str, StrictInt]], Recorded(
+        shards="same", compare="model", label="samples",
+        value=lambda settings, backend: dict(sorted((settings.samples or {}).items()))),
+    ] = Field(None, description="--samples: model (or * for all) -> N")
+    checkpoints: Annotated[Optional[dict[str, str]], Recorded(
+        shards="models", compare="model", label="checkpoint", value=_paths("checkpoints")),
+    ] = Field(None, description="--checkpoint: model -> path")
+    datasets: Annotated[Optional[dict[str, str]], Recorded(
+        shards="models", compare="model", label="data set", value=_paths("datasets")),
+    ] = Field(None, description="--dataset: model -> path")
+    calibrations: Annotated[Optional[dict[str, str]], Recorded(
+        shards="models", compare="model", label="calibration", value=_paths("calibrations")),
+    ] = Field(None, description="--calibration: model -> path")
+    tables: Annotated[Optional[str], Recorded(shards="same", value=lambda settings, backend: tables.tables_version())
+                      ] = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                description="SHA-256 of the target tables the run was judged with (absent in older files)")
     selection: Optional[Selection] = Field(None, description="what the run covered: -k, -m and the tests they left out "
                                            "(absent in older files)")
-    array: Optional[str] = Field(None, description="--array: the emulator's array library (absent from older files)")
+    array: Annotated[Optional[str], Recorded(value=lambda settings, backend: settings.array)] = Field(
+        None, description="--array: the emulator's array library (absent from older files)")
+
+
+def recorded_settings() -> dict[str, Recorded]:
+    """The keys of results.json's ``settings`` that say how they are kept (:class:`Recorded`), in the file's order."""
+    return {key: meta for key, field in Settings.model_fields.items()
+            for meta in field.metadata if isinstance(meta, Recorded)}
 
 
 class Profile(_Open):
@@ -372,17 +419,9 @@ def build(*, settings, backend, profile, tests, records, exit_status: int, inter
 
 
 def _run_settings(settings, backend) -> dict:
-    """The settings that decide what the figures mean, beside hardware, profile and models: shards of one run agree on
-    them (:mod:`conformance.report.merge`)."""
-    def paths(given) -> dict:
-        return {model: str(path) for model, path in sorted((given or {}).items())}
-
-    return {"precisions": list(settings.precisions), "device": settings.device or backend.chip,
-            "real_time_loadgen": bool(settings.real_time_loadgen),
-            "samples": dict(sorted((settings.samples or {}).items())),
-            "checkpoints": paths(settings.checkpoints), "datasets": paths(settings.datasets),
-            "calibrations": paths(settings.calibrations), "tables": tables.tables_version(),
-            "array": settings.array}
+    """The settings that decide what the figures mean, beside hardware, profile and models (each key's
+    :attr:`Recorded.value`): shards of one run agree on them (:mod:`conformance.report.merge`)."""
+    return {key: meta.value(settings, backend) for key, meta in recorded_settings().items() if meta.value is not None}
 
 
 def _json_default(value):

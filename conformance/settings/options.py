@@ -15,7 +15,7 @@ import argparse
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -460,6 +460,10 @@ class Option:
     switch: bool = False  # a flag without a value (store_true)
     metavar: str | None = None
     fields: tuple[str, ...] = ()  # the RunSettings fields it fills (default: the one named as its dest)
+    # the key of results.json's settings its value is recorded as (how shards agree on it and runs are compared on it
+    # is stated on that key: conformance.report.record.Settings), or None: not recorded (it does not change what the
+    # figures mean). Every option says which.
+    recorded: str | None = field(kw_only=True)
 
     @property
     def dest(self) -> str:
@@ -487,70 +491,76 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("--hardware", "hardware backend to test: %(choices)s (default: %(default)s)",
-           _one_of(hardware_names, "--hardware"), default="cpu", choices=hardware_names),
+           _one_of(hardware_names, "--hardware"), default="cpu", choices=hardware_names, recorded="hardware"),
     Option("--onnx", "judge an ONNX graph (opset 17 or later, FP32, a dynamic batch axis) run through the hardware's "
            "ops against onnxruntime at every precision, on inputs drawn from its signature (--samples NAME=N of them, "
            "default 8) or given by --dataset NAME=FILE.npz or NAME=TASK:PATH (a data set in the format of TASK, one of "
            "the six models, scored against its labels; --checkpoint NAME=DIR gives its tokenizer or image "
-           "preprocessing); repeatable; without --model only the graphs run", check_onnx, parse=parse_onnx, repeatable=True, metavar="NAME=FILE.onnx"),
+           "preprocessing); repeatable; without --model only the graphs run", check_onnx, parse=parse_onnx, repeatable=True, metavar="NAME=FILE.onnx",
+           recorded=None),
     Option("--model", "model(s) to run, repeatable or a comma list; minilm names the trained all-MiniLM-L6-v2 case "
            "(default: all six and minilm)", check_selection, parse=parse_models, repeatable=True,
-           metavar="NAME[,NAME...]", fields=("models", "cases")),
+           metavar="NAME[,NAME...]", fields=("models", "cases"), recorded="models"),
     Option("--profile", "how many samples and which batch sizes: %(choices)s; release is the release gate (every gated "
            "check established), default the everyday gate (every sampled FP32 decision must survive), smoke a quick "
            "look (default: %(default)s)",
-           _one_of(lambda: PROFILE_NAMES, "--profile"), default="default", choices=lambda: PROFILE_NAMES),
+           _one_of(lambda: PROFILE_NAMES, "--profile"), default="default", choices=lambda: PROFILE_NAMES,
+           recorded="profile"),
     Option("--report-dir", "directory for the run's reports and logs (default: none written)", _as_given,
-           parse=parse_path, metavar="DIR"),
+           parse=parse_path, metavar="DIR", recorded=None),
     Option("--precision", "precision(s) to test, repeatable or a comma list, e.g. fp16,fp8 on ipu (default: all of "
            "the hardware's)", check_precisions, parse=parse_precisions, repeatable=True, metavar="NAME[,NAME...]",
-           fields=("precisions",)),
+           fields=("precisions",), recorded="precisions"),
     Option("--diagnose", "report the error layer by layer (SNR per op vs FP32) for every accuracy test, not only "
-           "failing ones", _switch, switch=True),
+           "failing ones", _switch, switch=True, recorded=None),
     Option("--baseline", "an earlier run's results.json: fail on accuracy drops or latency/throughput regressions "
            "beyond conformance/targets/regression.toml (default: no comparison)", _as_given, parse=parse_path,
-           metavar="RESULTS_JSON"),
+           metavar="RESULTS_JSON", recorded="baseline"),
     Option("--shard", f"run only the I-th of N deterministic shares of the tests, e.g. 2/4, N at most {MAX_SHARDS} "
-           "(default: all tests)", _as_given, parse=parse_shard_option, metavar="I/N"),
+           "(default: all tests)", _as_given, parse=parse_shard_option, metavar="I/N", recorded="shard"),
     Option("--device", "the simulated chip whose timing model the performance tests use, e.g. c600, gc200, bow on ipu "
-           "(default: the hardware's first, c600)", check_device, parse=parse_chip, metavar="CHIP"),
+           "(default: the hardware's first, c600)", check_device, parse=parse_chip, metavar="CHIP", recorded="device"),
     Option("--real-time-loadgen", "run a simulated device's scenarios under the real LoadGen on the host's clock "
            "instead of on virtual time (a cross-check: latencies then include the host's scheduling)", _switch,
-           switch=True),
+           switch=True, recorded="real_time_loadgen"),
     Option("--checkpoint", "judge your trained checkpoint (a transformers save_pretrained directory; widedeep: its own "
            "layout) instead of the seeded weights; repeatable, one per model", _per_model("--checkpoint"),
-           parse=parse_model_path, repeatable=True, metavar="MODEL=DIR", fields=("checkpoints",)),
+           parse=parse_model_path, repeatable=True, metavar="MODEL=DIR", fields=("checkpoints",),
+           recorded="checkpoints"),
     Option("--dataset", "judge on your evaluation data (SQuAD v1.1 JSON, an image folder with val_map.txt, Criteo TSV, "
            "CAIL2019-SCM JSON lines, a conformer .npz) with task metrics against its labels; repeatable, one per model",
            _per_model("--dataset"), parse=parse_model_path, repeatable=True, metavar="MODEL=PATH",
-           fields=("datasets",)),
+           fields=("datasets",), recorded="datasets"),
     Option("--calibration", "calibrate the FP8 input scales on this data (the --dataset formats; keep it disjoint from "
            "the evaluation data, e.g. MLPerf's calibration lists) instead of the model's synthetic calibration samples; "
            "repeatable", _per_model("--calibration"), parse=parse_model_path, repeatable=True, metavar="MODEL=PATH",
-           fields=("calibrations",)),
+           fields=("calibrations",), recorded="calibrations"),
     Option("--allow-unused-weights", "judge a --checkpoint whose model.safetensors holds tensors its config.json does "
-           "not use (by default a usage error naming them); the report lists them", _switch, switch=True),
+           "not use (by default a usage error naming them); the report lists them", _switch, switch=True,
+           recorded=None),
     Option("--samples", "accuracy samples per model (a data set: at most N of its questions/images/triplets/rows, "
            "default all; otherwise N synthetic samples, default the profile's; an --onnx graph: N inputs drawn, default "
            "8, or the first N of its --dataset); all or MODEL=all: the whole of the --dataset (a usage error for a "
            "model without one); repeatable", check_samples,
-           parse=parse_sample_cap, repeatable=True, metavar="N|MODEL=N|all"),
+           parse=parse_sample_cap, repeatable=True, metavar="N|MODEL=N|all", recorded="samples"),
     Option("--workers", "run the accuracy tests' batches on N local worker processes (Dask), each computed batch "
            f"kept in the cache directory so that an interrupted run resumes; N from 1 to {MAX_WORKERS}, not with "
-           "pytest-xdist's -n (default: in the test's process)", _as_given, parse=parse_workers, metavar="N"),
+           "pytest-xdist's -n (default: in the test's process)", _as_given, parse=parse_workers, metavar="N",
+           recorded=None),
     Option("--cluster", "run the accuracy tests' batches on the running Dask cluster whose scheduler is at ADDRESS "
            "([tcp://]HOST:PORT; its workers run this version of the suite), each computed batch kept in the cache "
            "directory; not with --workers or -n (default: in the test's process)", check_cluster, parse=parse_cluster,
-           metavar="ADDRESS"),
+           metavar="ADDRESS", recorded=None),
     Option("--array", "the array library and device the emulator's roundings and matrix kernels compute on: numpy, "
            "torch:cpu or torch:cuda[:N] (the torch extra); the same bits except the order of FP32 sums (default: "
-           "%(default)s)", check_array, parse=parse_array, default=arrays.DEFAULT, metavar="NAME[:DEVICE]"),
+           "%(default)s)", check_array, parse=parse_array, default=arrays.DEFAULT, metavar="NAME[:DEVICE]",
+           recorded="array"),
     Option("--cache-dir", "where FP32 outputs of your checkpoints and data, and with --workers or --cluster the "
            "accuracy batches, are cached (default: the platform's user "
            f"cache directory, e.g. ~/.cache/ipu-conformance, or ${CACHE_VARIABLE})", check_cache_dir,
-           parse=parse_path, metavar="DIR"),
+           parse=parse_path, metavar="DIR", recorded=None),
     Option("--xfail-file", "known failures of the hardware (default: conformance/xfails/<hardware>.txt)",
-           check_xfail_file, parse=parse_path, metavar="FILE"),
+           check_xfail_file, parse=parse_path, metavar="FILE", recorded="xfail_file"),
 )
 
 

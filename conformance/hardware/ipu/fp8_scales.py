@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.numerics import SCALE_RANGE, format_info, quantize
+from conformance.numerics import FP8_FORMATS, SCALE_RANGE, format_info, quantize
 from models import run_batched
 from models.ops import Ops, sample_values
 from models.seeds import CALIBRATION_SEED
 
-FP8_FORMATS = ("f143", "f152")
 SCALE_MIN, SCALE_MAX = SCALE_RANGE
 # How many scales below the amax scale the MSE search tries: 8 binades of extra resolution for the small values.
 MSE_WINDOW = 8

@@ -37,10 +37,10 @@ import numpy as np
 
 from conformance.hardware.ipu.ops import Fp8Plan, IpuOps
 from conformance.hardware.ipu.policy import PRECISIONS_FILE, Fp8Settings, Policy
-from conformance.numerics import DEFAULT_BLOCK
+from conformance.numerics import DEFAULT_BLOCK, FP8_FORMATS, format_info
 
 F16_MAX = float(np.finfo(np.float16).max)
-FP8_DTYPES = {"f143": ml_dtypes.float8_e4m3fnuz, "f152": ml_dtypes.float8_e5m2fnuz}
+FP8_DTYPES = {fmt: getattr(ml_dtypes, format_info(fmt).dtype_name) for fmt in FP8_FORMATS}
 # Scales the FP8 quantization probes run at (one plan each): low, middle and high, each with the format's whole grid
 # (times 2^scale) inside FP16's range, so that the FP16 output of the probe's linear shows every quantized value
 # exactly.

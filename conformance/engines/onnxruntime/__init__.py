@@ -1,2 +1,2 @@
 """The ``onnxruntime`` hardware: a third-party inference engine (onnxruntime's CPU provider) running the suite's ONNX
-graph of each precision (:mod:`conformance.hardware.onnxruntime.backend`)."""
+graph of each precision (:mod:`conformance.engines.onnxruntime.backend`)."""
