@@ -50,7 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _configure(config: pytest.Config) -> None:
     settings = settle(config.getoption)
+    previous_array = arrays.active().spec
     arrays.select(settings.array)  # the emulator's numerics compute on it from here on
+    config.add_cleanup(lambda: arrays.select(previous_array))  # a run inside a process (pytester) leaves it as it was
     check_engine(settings, config.getoption("numprocesses", None))  # pytest-xdist's -n, when it is installed
     check_runnable(settings)
     # seeded weights are built once per machine and kept in the cache directory (before the user's cases load models)
