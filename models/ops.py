@@ -90,10 +90,13 @@ def as_pair(v) -> tuple[int, int]:
     return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
 
 
-# Output pixels per sample (Ho * Wo) up to which conv2d_fp32 runs one sgemm for the whole batch: below it a
+# Output pixels per sample (Ho * Wo) up to which a 1x1 conv2d_fp32 runs one sgemm for the whole batch: below it a
 # per-sample sgemm is too narrow for BLAS to run at full speed (resnet50's 14x14 and 7x7 stages measured 1.1-1.5x
 # faster batched); above it the per-sample sgemm is as fast and needs no transposes.
 _BATCHED_PIXELS = 256
+# Bytes of im2col columns gathered per sgemm of a kh x kw conv: the tile is still in cache when the sgemm reads it
+# (whole-layer columns, written first and read after, ran resnet50's 3x3 convs 1.2-1.5x slower on one core).
+_COLUMN_TILE_BYTES = 1 << 20
 
 
 def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
@@ -127,8 +130,9 @@ def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
                 np.multiply(tap, wl[i, j], out=product)
                 out += product
         return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
-    if groups == 1 and n > 1 and ho * wo <= _BATCHED_PIXELS:
-        return _conv2d_batched(x, w, ho, wo, (sh, sw), (dh, dw))
+    if groups == 1 and (kh * kw > 1 or (n > 1 and ho * wo <= _BATCHED_PIXELS)):
+        budget = _COLUMN_TILE_BYTES if kh * kw > 1 else None
+        return _conv2d_tiled(x, w, ho, wo, (sh, sw), (dh, dw), budget)
     if kh == 1 and kw == 1:
         cols = x[:, :, : sh * (ho - 1) + 1: sh, : sw * (wo - 1) + 1: sw]
         cols = np.ascontiguousarray(cols).reshape(n, groups, cg, ho * wo)  # (N, G, Cg, Ho*Wo)
@@ -146,21 +150,43 @@ def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
     return out.reshape(n, o, ho, wo)
 
 
-def _conv2d_batched(x, w, ho, wo, stride, dilation):
-    """The ungrouped conv2d_fp32 of an already padded ``x`` as one sgemm for the whole batch: columns
-    (C*kh*kw, N*Ho*Wo) gathered from the channels-first-of-batch view (C, N, H, W), the result (O, N, Ho*Wo) moved
-    back to NCHW."""
+def _conv2d_tiled(x, w, ho, wo, stride, dilation, budget):
+    """The ungrouped conv2d_fp32 of an already padded ``x`` as sgemms ``W (O, C*kh*kw) @ cols (C*kh*kw, P)`` over
+    tiles of P output pixels whose columns fill about ``budget`` bytes (None: the whole batch at once): several
+    whole samples per tile, gathered from the (C, N, H, W) view with the result moved back to NCHW, or rows of one
+    sample written straight into its output. The tiling splits the pixels only, never the sum over C*kh*kw."""
     n, c = x.shape[:2]
     o, _, kh, kw = w.shape
     (sh, sw), (dh, dw) = stride, dilation
-    xt = x.transpose(1, 0, 2, 3)  # (C, N, H, W), a view
-    cols = np.empty((c, kh, kw, n, ho, wo), np.float32)
-    for i in range(kh):
-        for j in range(kw):
-            cols[:, i, j] = xt[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-    y = np.matmul(w.reshape(o, c * kh * kw), cols.reshape(c * kh * kw, n * ho * wo))  # (O, N*Ho*Wo)
+    k = c * kh * kw
+    wm = w.reshape(o, k)
     out = np.empty((n, o, ho, wo), np.float32)
-    out.transpose(1, 0, 2, 3)[...] = y.reshape(o, n, ho, wo)
+    pixels = n * ho * wo if budget is None else max(wo, budget // (4 * k))
+    buffer = np.empty(k * min(pixels, n * ho * wo), np.float32)
+    if ho * wo <= pixels:  # whole samples per tile
+        step = min(n, pixels // (ho * wo))
+        xt = x.transpose(1, 0, 2, 3)  # (C, N, H, W), a view
+        for s0 in range(0, n, step):
+            s1 = min(n, s0 + step)
+            cols = buffer[: k * (s1 - s0) * ho * wo].reshape(c, kh, kw, s1 - s0, ho, wo)
+            for i in range(kh):
+                for j in range(kw):
+                    cols[:, i, j] = xt[:, s0:s1, i * dh: i * dh + sh * (ho - 1) + 1: sh,
+                                       j * dw: j * dw + sw * (wo - 1) + 1: sw]
+            y = np.matmul(wm, cols.reshape(k, -1))  # (O, samples * Ho * Wo)
+            out[s0:s1].transpose(1, 0, 2, 3)[...] = y.reshape(o, s1 - s0, ho, wo)
+        return out
+    rows = pixels // wo  # output rows of one sample per tile
+    for b in range(n):
+        ob = out[b].reshape(o, ho * wo)
+        for r0 in range(0, ho, rows):
+            r1 = min(ho, r0 + rows)
+            cols = buffer[: k * (r1 - r0) * wo].reshape(c, kh, kw, r1 - r0, wo)
+            for i in range(kh):
+                for j in range(kw):
+                    cols[:, i, j] = x[b, :, r0 * sh + i * dh: (r1 - 1) * sh + i * dh + 1: sh,
+                                      j * dw: j * dw + sw * (wo - 1) + 1: sw]
+            np.matmul(wm, cols.reshape(k, -1), out=ob[:, r0 * wo: r1 * wo])
     return out
 
 
