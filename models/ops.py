@@ -100,10 +100,11 @@ _COLUMN_TILE_BYTES = 1 << 20
 
 
 def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
-    """NCHW convolution in float32 as im2col sgemms, the columns gathered tap by tap straight into the sgemm's layout:
-    ``W (O, C*kh*kw) @ cols (C*kh*kw, Ho*Wo)`` per sample and group (no transposes of the output), or for small
-    outputs (``_BATCHED_PIXELS``) one ``W @ cols (C*kh*kw, N*Ho*Wo)`` for the batch; 1x1 convs skip the gather,
-    depthwise convs are a sum over kernel taps. Each output is the sum of the same products in both layouts."""
+    """NCHW convolution in float32 as im2col sgemms ``W (O, C*kh*kw) @ cols (C*kh*kw, pixels)``, the columns gathered
+    tap by tap straight into the sgemm's layout: kh x kw convs in cache-sized tiles of pixels (:func:`_conv2d_tiled`),
+    1x1 convs with small outputs (``_BATCHED_PIXELS``) in one sgemm for the batch, other 1x1 and grouped convs in one
+    sgemm per sample and group on the input itself; depthwise convs are a sum over kernel taps. Every layout sums each
+    output's products over all of C*kh*kw in one sgemm."""
     x = np.asarray(x, np.float32)
     w = np.asarray(w, np.float32)
     n, c, h, wd = x.shape
