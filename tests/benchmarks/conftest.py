@@ -1,8 +1,24 @@
 """Ratio reporting for benchmarks. A benchmark sets ``benchmark.group`` and
 ``benchmark.extra_info["role"]`` to ``"baseline"`` or ``"subject"`` (optionally ``"target"``, the ratio the issue asks
-for); at the end of the run the ratio subject/baseline of median times is printed per group. Tests never assert times."""
+for); at the end of the run the ratio subject/baseline of median times is printed per group. Tests never assert times.
+
+Every benchmark is marked ``slow``: ``pytest tests/`` (CI) leaves them out, ``pytest tests/benchmarks/ -m slow`` runs
+them. Their fixtures build whole models and run them before the first round (11.6 minutes of ``pytest tests/`` on
+the shared 2-core host even with ``--benchmark-disable``), and a timing checks nothing a test could assert."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _HERE in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.slow)
 
 
 def _ratios(config):

@@ -1,7 +1,8 @@
 """Speed of the emulator on each array library: resnet50's forward at batch 16 in FP32 (the models' numpy ops) and
 emulated at fp16 and fp8 on numpy and on torch (CPU), against onnxruntime's FP32 run of the suite's own graph of the
 model, timed in the same run, one thread each (BLAS, torch, onnxruntime and the emulator's threads), so that the
-ratios hold on a shared host. The target for the FP32 forward: at most 1.3x onnxruntime."""
+ratios hold on a shared host. The target for the FP32 forward: at most 1.3x onnxruntime. Beside it, the FP32
+convolutions that dominate that forward, one of each kind, against torch's."""
 
 from __future__ import annotations
 
@@ -79,3 +80,36 @@ def test_emulated_forward(benchmark, resnet50, precision, library):
 
     outputs = benchmark.pedantic(run, rounds=3, iterations=1)
     assert set(outputs) == set(model.output_names)
+
+
+# resnet50's convolutions at batch 16 that take most of its FP32 forward, one of each kind: (C, H, O, kernel, stride)
+CONV_LAYERS = {"3x3-56": (64, 56, 64, 3, 1), "1x1-56": (256, 56, 64, 1, 1), "3x3-14": (256, 14, 256, 3, 1),
+               "1x1-7": (2048, 7, 512, 1, 1), "stem": (3, 224, 64, 7, 2)}
+
+
+@pytest.fixture(scope="module", params=list(CONV_LAYERS))
+def conv_layer(request, one_thread):
+    import torch
+
+    c, h, o, k, stride = CONV_LAYERS[request.param]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((BATCH, c, h, h), dtype=np.float32)
+    w = rng.standard_normal((o, c, k, k), dtype=np.float32) * np.float32((2 / (c * k * k)) ** 0.5)
+    return request.param, x, w, stride, k // 2, torch
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+def test_fp32_conv_layer(benchmark, conv_layer, engine):
+    """One FP32 convolution of the models' numpy ops (``models.ops.conv2d_fp32``) against torch's (oneDNN), one
+    thread each."""
+    from models.ops import conv2d_fp32
+
+    name, x, w, stride, padding, torch = conv_layer
+    benchmark.group = f"resnet50-b16-conv-{name}"
+    benchmark.extra_info["role"] = "baseline" if engine == "torch" else "subject"
+    if engine == "torch":
+        xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+        benchmark.pedantic(lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=padding), rounds=3,
+                           iterations=1, warmup_rounds=1)
+    else:
+        benchmark.pedantic(lambda: conv2d_fp32(x, w, stride, padding), rounds=3, iterations=1, warmup_rounds=1)
