@@ -73,6 +73,41 @@ class PerformanceTargets:
                 and (models is None or t.model in models)]
 
 
+def check_complete(backend, models, precisions=None, path: Path | None = None) -> None:
+    """Every selected model has the performance targets its hardware times: the precisions and scenarios some model has
+    targets for on ``backend``'s hardware are each model's matrix there, so a model, precision or scenario without
+    its target (which would silently drop a test, or leave none to run) is a PerformanceTargetsError naming the
+    table and key. Combinations the backend does not run (its ``scenario_support`` says why) need none."""
+    hardware = backend.name
+    targets = load_performance_targets(path).for_hardware(hardware)
+    timed = {}  # precision -> scenarios some model is timed at
+    for t in targets:
+        timed.setdefault(t.precision, set()).add(t.scenario)
+    have = {(t.model, t.precision, t.scenario) for t in targets}
+    where = path or PERFORMANCE_FILE.name
+    if not timed:
+        if models:
+            raise PerformanceTargetsError(f"{where}: hardware {hardware!r} has no performance targets: its models "
+                                          f"{', '.join(models)} need [targets.<model>.{hardware}.<precision>] tables "
+                                          "(in the suite's file, the backend's or the model's own)")
+        return
+    missing = []
+    for model in models:
+        for precision in timed:
+            if precisions is not None and precision not in precisions:
+                continue
+            absent = [s for s in SCENARIOS if s in timed[precision] and (model, precision, s) not in have
+                      and not backend.scenario_support(model, precision, s)]
+            if absent and len(absent) == len([s for s in SCENARIOS if s in timed[precision]]):
+                missing.append(f"[targets.{model}.{hardware}.{precision}]")
+            elif absent:
+                missing.append(f"[targets.{model}.{hardware}.{precision}] {', '.join(absent)}")
+    if missing:
+        raise PerformanceTargetsError(f"{where}: no performance targets for {'; '.join(missing)}: the {hardware!r} "
+                                      "hardware times these precisions and scenarios, so every model it runs needs "
+                                      "them (in the suite's file, the backend's or the model's own)")
+
+
 ModelName = Literal[MODEL_NAMES]
 Scenario = Literal[SCENARIOS]
 
