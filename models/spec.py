@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SPEC_ENTRY_POINT_GROUP = "ipu_conformance.models"
-TABLE_NAMES = ("accuracy", "performance", "profiles")
+TABLE_NAMES = ("accuracy", "performance", "profiles", "fp8")
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,8 @@ class ModelSpec:
     limit=None)``), None for none; ``streamed_dataset``: whether that reader can give inputs per batch;
     ``checkpoint_type``: the ``model_type`` of its checkpoints' ``config.json``; ``sequence_config``: the config class
     attribute whose ``seq_len`` is capped by a checkpoint's ``max_position_embeddings`` (text models);
-    ``tables``: a folder holding the model's own ``accuracy.toml``, ``performance.toml`` and ``profiles.toml``
-    (None: the suite's built-in tables hold its rows); ``aliases``: other names it answers to."""
+    ``tables``: a folder holding the model's own ``accuracy.toml``, ``performance.toml`` and ``profiles.toml``, and
+    ``fp8.toml`` (its FP8 settings) where it runs the FP8 precisions (None: the suite's built-in tables hold its rows); ``aliases``: other names it answers to."""
 
     name: str
     module: str
@@ -66,7 +66,7 @@ class ModelSpec:
             object.__setattr__(self, "tables", Path(self.tables))
 
     def table(self, kind: str) -> Path | None:
-        """The model's own ``<kind>.toml`` (accuracy, performance, profiles), None where the suite's tables hold it."""
+        """The model's own ``<kind>.toml`` (accuracy, performance, profiles, fp8), None where the suite's tables hold it."""
         if kind not in TABLE_NAMES:
             raise ValueError(f"unknown table {kind!r}; expected one of: {', '.join(TABLE_NAMES)}")
         return None if self.tables is None else self.tables / f"{kind}.toml"

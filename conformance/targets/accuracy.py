@@ -22,7 +22,7 @@ from pathlib import Path
 
 from boundedio import parse_toml
 from conformance.hardware import Backend, hardware_names, hardware_precisions
-from conformance.targets import DataFileError, backend_files, read_toml
+from conformance.targets import DataFileError, backend_files, model_files, read_toml
 from conformance.targets.bounds import MIN_RATIO
 from models import MODEL_NAMES, model_specs
 
@@ -305,6 +305,13 @@ def _load_targets(path: Path, suite_file: Path) -> tuple[Gate, ...]:
             if other:
                 raise TargetsError(f"{extra}: the {hardware!r} backend's targets may only hold [{hardware}.*] tables, "
                                    f"not {other}")
+            gates.extend(found)
+        for model, extra in model_files(suite_file.name):
+            found = _read_targets(extra)
+            other = sorted({g.model for g in found} - {model})
+            if other:
+                raise TargetsError(f"{extra}: model {model!r}'s gates may only hold [<hardware>.{model}.*] tables, "
+                                   f"not those of {other}")
             gates.extend(found)
     return tuple(gates)
 

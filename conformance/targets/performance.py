@@ -18,7 +18,7 @@ from pydantic import Field, create_model
 
 from conformance.hardware import hardware_names, hardware_precisions
 from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
-from conformance.targets import DataFileError, Schema, backend_files, fail, read_toml, validate
+from conformance.targets import DataFileError, Schema, backend_files, fail, model_files, model_tables, read_toml, validate
 from conformance.targets.bounds import MAX_BATCH, MAX_LATENCY_MS, MAX_QUERIES, MAX_RATE, count, non_negative, positive
 from conformance.targets.profiles import PROFILE_NAMES
 from models import MODEL_NAMES
@@ -174,6 +174,12 @@ def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
     own), validated; a PerformanceTargetsError naming the file, line, key and what is allowed otherwise."""
     path = Path(path) if path is not None else PERFORMANCE_FILE
     data, text = _check(read_toml, path)
+    if path == PERFORMANCE_FILE:  # models shipped on their own bring their run parameters and targets
+        for model, extra in model_files(PERFORMANCE_FILE.name):
+            own, _ = _check(read_toml, extra)
+            _check(model_tables, own, model, extra, {"models": 0, "targets": 0})
+            for key, tables in own.items():
+                data.setdefault(key, {}).update(tables)
     _check(validate, data, _schemas()[0], path, text)
     origins = {}  # hardware -> (file, text) of a backend shipped on its own: its tables' mistakes name its file
     if path == PERFORMANCE_FILE:  # backends shipped on their own bring the targets of their names
