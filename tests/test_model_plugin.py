@@ -28,7 +28,7 @@ def installed(tmp_path_factory) -> Path:
     return site
 
 
-def _pytest(site: Path, *args: str, tables: Path | None = None) -> subprocess.CompletedProcess:
+def _pytest(site: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "-rs"], cwd=REPO, env=env,
                           capture_output=True, text=True)
@@ -83,3 +83,21 @@ def test_a_models_table_naming_another_model_is_refused(installed, tmp_path):
     result = _pytest(site, "conformance/", "--hardware", "cpu", "--model", NAME, "--collect-only")
     assert result.returncode == 4, (result.stdout + result.stderr)[-3000:]
     assert f"{tables / 'profiles.toml'}: [smoke].samples: the counts of model {NAME!r} are" in result.stdout + result.stderr
+
+
+def test_untimed_precisions_are_one_skip_saying_why(installed):
+    result = _pytest(installed, "conformance/test_performance.py", "--hardware", "ipu", "--model", NAME,
+                     "--precision", "fp16-half-partials", "--profile", "smoke", "-v")
+    out = result.stdout + result.stderr
+    assert result.returncode == 5, out[-3000:]  # nothing judged: no verdict, not a pass
+    assert "test_performance[untimed] SKIPPED" in out and "NOTSET" not in out
+    assert "hardware 'ipu' times no model at precision fp16-half-partials: its performance targets are at fp16, fp8" in out
+
+
+def test_a_computed_metric_without_a_gate_is_listed_as_informational(installed):
+    # the cpu gates widedeep's FP32 run on its SNR alone; its click accuracy and AUC are computed all the same
+    result = _pytest(installed, "conformance/test_accuracy.py", "--hardware", "cpu", "--model", "widedeep",
+                     "--profile", "smoke")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "accuracy widedeep fp32: no gate for accuracy, auc (informational: add it to [cpu.widedeep.fp32]" in out
