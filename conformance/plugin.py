@@ -65,7 +65,7 @@ def _configure(config: pytest.Config) -> None:
     config.stash[USER_CASES_KEY] = cases
     # the stored FP32 references of the other models are readable and what the manifest says (a ReferenceError is a
     # DataFileError: a usage error naming the file)
-    reference.check_files([name for name in settings.models if name not in cases])
+    reference.check_files([name for name in settings.models if name not in cases and reference.ships(name)])
     config.add_cleanup(terminate_as_interrupt())  # SIGTERM stops the run as Ctrl-C does: exit 2, the report written
     config.pluginmanager.register(PromptInterrupt(config), "conformance-interrupt")
     if not hasattr(config, "workerinput"):  # pytest-xdist's workers: their controller says the run's time

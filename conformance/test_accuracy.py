@@ -255,6 +255,11 @@ def test_accuracy(accuracy_case, settings, backend, accuracy_runs, user_cases, r
     common = {"samples": count, "calibration_s": round(run["calibration_s"], 3), "run_s": round(run["run_s"], 3),
               "tensor_metrics": current.tensor, "engine": engine, **probe_details}
     common.update(run["details"])
+    ungated = {m: v for m, v in current.task.items() if m not in {g.metric for g in gates}}
+    if ungated:  # computed, but no gate names it: recorded as information, never a pass
+        common["ungated_metrics"] = ungated
+        progress(f"accuracy {name} {precision}: no gate for {', '.join(sorted(ungated))} (informational: add it to "
+                 f"[{settings.hardware}.{table}.{precision}] to gate it)")
     if name in user_cases:
         common["judged"] = {**user_cases[name].judged(), "fp32_outputs_cached": accuracy_runs.cached.get(name)}
     elif name in accuracy_runs.sources:

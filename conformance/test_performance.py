@@ -24,6 +24,12 @@ def pytest_generate_tests(metafunc):
         return
     settings = run_settings(metafunc.config)
     targets = load_performance_targets().for_hardware(settings.hardware, settings.precisions, settings.models)
+    if not targets:  # the selection's precisions are not timed (every model's are checked complete at configure)
+        timed = sorted({t.precision for t in load_performance_targets().for_hardware(settings.hardware)})
+        reason = (f"hardware {settings.hardware!r} times no model at precision {', '.join(settings.precisions or ())}: "
+                  f"its performance targets are at {', '.join(timed) or 'no precision'}")
+        metafunc.parametrize("performance_target", [pytest.param(None, id="untimed", marks=pytest.mark.skip(reason=reason))])
+        return
     chip = {p: settings.backend.chip_support(p) for p in {t.precision for t in targets}}
     metafunc.parametrize("performance_target", [
         pytest.param(t, id=t.test_id, marks=[pytest.mark.skip(reason=chip[t.precision])] if chip[t.precision] else [])

@@ -1,4 +1,6 @@
-"""The six models of the seed benchmark, in plain numpy, computing through a hardware's ops object.
+"""The models: the six of the seed benchmark, in plain numpy, computing through a hardware's ops object, and any a
+package registers in the entry-point group ``ipu_conformance.models`` (each entry point names a
+:class:`models.spec.ModelSpec`; the six register there too).
 
 ``load_model(name, checkpoint=None, seed=0, **config_overrides)`` returns a callable :class:`models.base.Model`:
 ``model(inputs, ops=None) -> outputs`` with dicts of numpy arrays named as in transformers' forward.
@@ -7,42 +9,92 @@ Each model module exposes ``load(checkpoint=None, seed=0, **overrides)`` and its
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
+from importlib import metadata
 
 from models.base import CheckpointError, InputError, Model, run_batched, seeded_key, seeded_weight_store
+from models.spec import SPEC_ENTRY_POINT_GROUP, ModelSpec
 
-# Registry name -> module. The names are those of the test ids (``bert-base-fp8``).
-_MODULES = {
-    "albert": "models.albert",
-    "bert-base": "models.bert",
-    "conformer": "models.conformer",
-    "resnet50": "models.resnet50",
-    "roformer": "models.roformer",
-    "widedeep": "models.widedeep",
-}
-MODEL_NAMES = tuple(_MODULES)
+_BUILTIN_HINT = ("the project's entry points are read from its installed metadata: after pulling a change to "
+                 "pyproject.toml's entry points, reinstall it (pip install -e .)")
 
-# Names the seed benchmark and MLPerf use for the same models.
-ALIASES = {
-    "bert": "bert-base",
-    "albert-base": "albert",
-    "resnet50-v1.5": "resnet50",
-    "wide&deep": "widedeep",
-    "wide_and_deep": "widedeep",
-}
+
+class ModelRegistryError(ValueError):
+    """An entry point of ``ipu_conformance.models`` that does not give a usable spec, or a name claimed twice."""
+
+
+def _entry_points() -> dict:
+    found = {}
+    for entry in metadata.entry_points(group=SPEC_ENTRY_POINT_GROUP):
+        if entry.name in found and found[entry.name].value != entry.value:
+            raise ModelRegistryError(f"model {entry.name!r} is registered twice in the entry-point group "
+                                     f"{SPEC_ENTRY_POINT_GROUP!r}: {found[entry.name].value} and {entry.value}")
+        found[entry.name] = entry
+    if not found:
+        raise ModelRegistryError(f"no models registered in the entry-point group {SPEC_ENTRY_POINT_GROUP!r}; "
+                                 + _BUILTIN_HINT)
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(name: str) -> ModelSpec:
+    entry = _ENTRY_POINTS[name]
+    try:
+        spec = entry.load()
+    except Exception as exc:  # a plugin's import error, shown with the entry point that caused it
+        raise ModelRegistryError(f"model {name!r} ({entry.value}, entry-point group {SPEC_ENTRY_POINT_GROUP!r}) "
+                                 f"failed to load: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(spec, ModelSpec):
+        raise ModelRegistryError(f"model {name!r} ({entry.value}): expected a models.spec.ModelSpec, got "
+                                 f"{type(spec).__name__}")
+    if spec.name != name:
+        raise ModelRegistryError(f"model {name!r} ({entry.value}): its spec is named {spec.name!r}; the entry "
+                                 "point's name and the spec's must be the same")
+    return spec
+
+
+_ENTRY_POINTS = _entry_points()
+# The registry names, sorted (the names of the test ids, ``bert-base-fp8``).
+MODEL_NAMES = tuple(sorted(_ENTRY_POINTS))
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The spec of model ``name`` or an alias (a ValueError listing the valid names otherwise)."""
+    return _spec(canonical_name(name))
+
+
+def model_specs() -> dict[str, ModelSpec]:
+    """Every registered model's spec, by name."""
+    return {name: _spec(name) for name in MODEL_NAMES}
+
+
+@functools.lru_cache(maxsize=1)
+def aliases() -> dict[str, str]:
+    """Other names the models answer to (the seed benchmark's and MLPerf's), to their registry names."""
+    table = {}
+    for name in MODEL_NAMES:
+        for alias in _spec(name).aliases:
+            if alias in MODEL_NAMES or table.get(alias, name) != name:
+                raise ModelRegistryError(f"alias {alias!r} of model {name!r} is already the name or an alias of "
+                                         f"{table.get(alias, alias)!r}")
+            table[alias] = name
+    return table
 
 
 def canonical_name(name: str) -> str:
     """The registry name for ``name`` or an alias; a ValueError listing the valid names otherwise."""
-    key = ALIASES.get(name, name)
-    if key not in _MODULES:
+    if name in _ENTRY_POINTS:
+        return name
+    key = aliases().get(name, name)
+    if key not in _ENTRY_POINTS:
         raise ValueError(f"unknown model {name!r}; expected one of: {', '.join(MODEL_NAMES)}")
     return key
 
 
 def model_module(name: str):
-    return importlib.import_module(_MODULES[canonical_name(name)])
+    return importlib.import_module(model_spec(name).module)
 
 
 def load_model(name: str, checkpoint=None, seed: int = 0, allow_unused_weights: bool = False,
@@ -97,4 +149,4 @@ def host_bytes(name: str, batch: int, **config_overrides) -> tuple[int, int]:
     return module.host_bytes(module.build_config(**config_overrides), int(batch))
 
 
-__all__ = ["MODEL_NAMES", "ALIASES", "CheckpointError", "InputError", "Model", "canonical_name", "host_bytes", "load_model", "model_module", "run_batched", "seeded_weights_kept"]
+__all__ = ["MODEL_NAMES", "ModelRegistryError", "ModelSpec", "aliases", "model_spec", "model_specs", "CheckpointError", "InputError", "Model", "canonical_name", "host_bytes", "load_model", "model_module", "run_batched", "seeded_weights_kept"]

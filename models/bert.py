@@ -16,6 +16,7 @@ from models import encoder, text
 from models.base import (
     Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import contiguous
+from models.spec import ModelSpec
 
 PREFIXES = {"BertForQuestionAnswering": "bert.", "BertModel": ""}  # where the encoder's tensors live in the checkpoint
 # A BertModel checkpoint's pooler (transformers' pooler_output): not an output of the suite's BertModel, whose output is
@@ -151,3 +152,11 @@ def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides
     ignorable = POOLER if config.architecture == "BertModel" else {}
     return CLASSES[config.architecture](config, take_params(tensors, param_shapes(config), source,
                                                             allow_unused=allow_unused, ignorable=ignorable))
+
+
+SPEC = ModelSpec(
+    name="bert-base", module=__name__, model_class=lambda module, config: module.CLASSES[config.architecture],
+    primary_output="start_logits", task_metrics=("exact_match", "f1"),
+    task_scorer="conformance.accuracy.metrics:squad_span_agreement", label_metrics=("squad_exact_match", "squad_f1"),
+    dataset_format="conformance.datasets.squad", checkpoint_type="bert", sequence_config="BertConfig",
+    aliases=("bert",))

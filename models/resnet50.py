@@ -34,6 +34,7 @@ from models.base import (
     take_params,
 )
 from models.ops import Ops
+from models.spec import ModelSpec
 
 STEM_CONV = "resnet.embedder.embedder.convolution"
 """The first (7x7, stride 2) downsampling conv on the raw pixels."""
@@ -440,3 +441,11 @@ def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides
     source = f"resnet50 checkpoint {str(checkpoint)!r}"
     config = apply_overrides(checkpoint_config(ResNetConfig(), _config_from_checkpoint(raw, source), source), overrides)
     return ResNet50(config, take_params(tensors, param_shapes(config), source, allow_unused=allow_unused))
+
+
+SPEC = ModelSpec(
+    name="resnet50", module=__name__, model_class="ResNet50", primary_output="logits",
+    task_metrics=("top1_agreement", "top5_agreement"),
+    task_scorer="conformance.accuracy.metrics:classification_agreement",
+    label_metrics=("top1_accuracy", "top5_accuracy"), dataset_format="conformance.datasets.images",
+    streamed_dataset=True, checkpoint_type="resnet", aliases=("resnet50-v1.5",))

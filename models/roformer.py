@@ -29,6 +29,7 @@ from models import encoder, text
 from models.base import (
     Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import FP32
+from models.spec import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,3 +231,10 @@ def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides
     config = RoFormerConfig.from_checkpoint_config(data, source, **overrides)
     return RoFormerForSequenceClassification(config, take_params(tensors, param_shapes(config), source,
                                                                  allow_unused=allow_unused))
+
+
+SPEC = ModelSpec(
+    name="roformer", module=__name__, model_class="RoFormerForSequenceClassification", primary_output="logits",
+    task_metrics=("pairwise_order_agreement",), task_scorer="conformance.accuracy.metrics:pair_order_agreement",
+    label_metrics=("pair_accuracy",), dataset_format="conformance.datasets.cail", checkpoint_type="roformer",
+    sequence_config="RoFormerConfig")

@@ -50,6 +50,7 @@ from models.base import (
     take_params,
 )
 from models.ops import Ops
+from models.spec import ModelSpec
 
 # Distinct values of C1..C26 in the Criteo Kaggle display-advertising training set (as counted by DLRM's Kaggle
 # preprocessing). The full tables (33.8M rows) would need ~2 GB per 16-wide embedding set; production Wide & Deep
@@ -335,3 +336,10 @@ def load(checkpoint=None, seed: int = 0, allow_unused: bool = False, **overrides
     fields = {k: raw[k] for k in known if k in raw}
     config = apply_overrides(checkpoint_config(WideDeepConfig(), fields, source), overrides)
     return WideDeep(config, take_params(tensors, param_shapes(config), source, allow_unused=allow_unused))
+
+
+SPEC = ModelSpec(
+    name="widedeep", module=__name__, model_class="WideDeep", primary_output="probabilities",
+    task_metrics=("accuracy", "auc"), task_scorer="conformance.accuracy.metrics:click_agreement",
+    label_metrics=("click_accuracy", "click_auc"), dataset_format="conformance.datasets.criteo",
+    streamed_dataset=True, checkpoint_type="widedeep", aliases=("wide&deep", "wide_and_deep"))

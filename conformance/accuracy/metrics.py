@@ -13,14 +13,17 @@ against (for wide&deep, labels are drawn once from the FP32 click probabilities,
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from conformance.targets.accuracy import GRAPH_CASE, TASK_METRICS
+from models import model_spec, model_specs
 
 # SNR reported when the outputs are bit-identical: far beyond what float32 can resolve (~150 dB), finite for JSON.
 SNR_IDENTICAL_DB = 300.0
@@ -264,15 +267,8 @@ def click_probability(probabilities) -> np.ndarray:
 
 
 # -- per model --------------------------------------------------------------------------------------------------------
-# The output whose tensor-level metrics are gated, per model (others are reported).
-PRIMARY_OUTPUT = {
-    "resnet50": "logits",
-    "bert-base": "start_logits",
-    "albert": "start_logits",
-    "roformer": "logits",
-    "widedeep": "probabilities",
-    "conformer": "memory",
-}
+# The output whose tensor-level metrics are gated, per model (others are reported), from the models' specs.
+PRIMARY_OUTPUT = {name: spec.primary_output for name, spec in model_specs().items()}
 
 
 @dataclass(frozen=True)
@@ -322,37 +318,71 @@ def auc_metric(scores, labels) -> TaskMetric:
     return TaskMetric(len(y), lambda idx: roc_auc(s[idx], y[idx]), placements=auc_placements(s, y))
 
 
+# -- task scorers a model's spec names (``task_scorer``): (reference, hardware, inputs) -> {metric: TaskMetric} ------
+def classification_agreement(reference: dict, hardware: dict, inputs: dict) -> dict[str, TaskMetric]:
+    """Top-1 and top-5 agreement of the ``logits`` output's classes with the FP32 model's."""
+    ref, hw = _as_pair(reference["logits"], hardware["logits"], "logits")
+    return {"top1_agreement": mean_metric(topk_hits(ref, hw, 1)), "top5_agreement": mean_metric(topk_hits(ref, hw, 5))}
+
+
+def squad_span_agreement(reference: dict, hardware: dict, inputs: dict) -> dict[str, TaskMetric]:
+    """SQuAD exact match and F1 of the answer spans (``start_logits``, ``end_logits``) against the FP32 model's."""
+    context = squad_context_mask(inputs)
+    ref_spans = best_spans(reference["start_logits"], reference["end_logits"], context)
+    hw_spans = best_spans(hardware["start_logits"], hardware["end_logits"], context)
+    return {k: mean_metric(v) for k, v in span_unit_scores(ref_spans, hw_spans, inputs["input_ids"]).items()}
+
+
+def pair_order_agreement(reference: dict, hardware: dict, inputs: dict) -> dict[str, TaskMetric]:
+    """Whether each pair of rows is ordered by the similarity score (``logits``) as the FP32 model orders it."""
+    hits = pair_order_hits(similarity_score(reference["logits"]), similarity_score(hardware["logits"]))
+    return {"pairwise_order_agreement": mean_metric(hits)}
+
+
+def click_agreement(reference: dict, hardware: dict, inputs: dict) -> dict[str, TaskMetric]:
+    """Click accuracy (at 0.5) and AUC of the ``probabilities`` output against labels drawn once from the FP32 click
+    probabilities (:func:`widedeep_labels`)."""
+    p_ref = click_probability(reference["probabilities"])
+    labels = widedeep_labels(p_ref)
+    p_hw = click_probability(hardware["probabilities"])
+    correct = (p_hw >= 0.5) == (labels != 0)
+    return {"accuracy": mean_metric(correct),
+            "auc": auc_metric(p_hw, labels)}
+
+
+@lru_cache(maxsize=None)
+def task_scorer(model_name: str) -> Callable | None:
+    """The task scorer model ``model_name``'s spec names (None where the tensor metrics judge it alone)."""
+    spec = model_spec(model_name)
+    if spec.task_scorer is None:
+        return None
+    module_name, _, attribute = spec.task_scorer.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise MetricError(f"model {model_name!r}: task_scorer {spec.task_scorer!r} cannot be loaded: {exc}") from None
+
+
 def task_unit_metrics(model_name: str, reference: dict, hardware: dict, inputs: dict) -> dict[str, TaskMetric]:
     """Task metrics of ``hardware`` outputs against ``reference`` outputs (the FP32 predictions are the labels), each
     as a statistic of its evaluation units. Scoring the reference against itself gives the FP32 figure a ratio gate
     is relative to."""
-    if model_name == "resnet50":
-        ref, hw = _as_pair(reference["logits"], hardware["logits"], "logits")
-        return {"top1_agreement": mean_metric(topk_hits(ref, hw, 1)), "top5_agreement": mean_metric(topk_hits(ref, hw, 5))}
-    if model_name in ("bert-base", "albert"):
-        context = squad_context_mask(inputs)
-        ref_spans = best_spans(reference["start_logits"], reference["end_logits"], context)
-        hw_spans = best_spans(hardware["start_logits"], hardware["end_logits"], context)
-        return {k: mean_metric(v) for k, v in span_unit_scores(ref_spans, hw_spans, inputs["input_ids"]).items()}
-    if model_name == "roformer":
-        hits = pair_order_hits(similarity_score(reference["logits"]), similarity_score(hardware["logits"]))
-        return {"pairwise_order_agreement": mean_metric(hits)}
-    if model_name == "widedeep":
-        p_ref = click_probability(reference["probabilities"])
-        labels = widedeep_labels(p_ref)
-        p_hw = click_probability(hardware["probabilities"])
-        correct = (p_hw >= 0.5) == (labels != 0)
-        return {"accuracy": mean_metric(correct),
-                "auc": auc_metric(p_hw, labels)}
     if model_name == GRAPH_CASE:  # decisions where an output holds class scores; the tensor metrics judge the rest
         names = decision_outputs({name: np.shape(value) for name, value in reference.items()})
         if not names:
             return {}
         hits = [topk_positions(reference[name], hardware[name]) for name in names]
         return {"top1_agreement": mean_metric(np.mean(np.concatenate(hits, axis=1), axis=1))}
-    if model_name == "conformer":  # no task of its own: the tensor metrics judge it
+    if model_name not in TASK_METRICS:
+        raise MetricError(f"no task metrics for model {model_name!r}; known: {', '.join(TASK_METRICS)}")
+    scorer = task_scorer(model_name)
+    if scorer is None:  # no task of its own: the tensor metrics judge it
         return {}
-    raise MetricError(f"no task metrics for model {model_name!r}; known: {', '.join(TASK_METRICS)}")
+    found = scorer(reference, hardware, inputs)
+    if set(found) != set(TASK_METRICS[model_name]):
+        raise MetricError(f"model {model_name!r}: its task scorer gave {sorted(found)}, its spec declares "
+                          f"{sorted(TASK_METRICS[model_name])}")
+    return {name: found[name] for name in TASK_METRICS[model_name]}
 
 
 DECISION_NAME = re.compile(r"logit|score|prob", re.IGNORECASE)

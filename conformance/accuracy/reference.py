@@ -30,7 +30,7 @@ from boundedio import JSON_CONFIG_LIMIT, MIB, InputFileError, load_json, read_by
 from conformance.datafiles import DataFileError, Schema, validate
 from conformance.fileio import array_json, json_array, read_npz, sha256_arrays, write_bytes_atomic, write_text_atomic
 from conformance.targets.profiles import reference_samples
-from models import MODEL_NAMES, load_model, run_batched, seeded_weights_kept
+from models import MODEL_NAMES, load_model, model_spec, run_batched, seeded_weights_kept
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "reference"
@@ -316,6 +316,12 @@ def check_files(names, directory: Path | None = None) -> None:
         _load(name, _directory(directory))
 
 
+def ships(name: str) -> bool:
+    """Whether the suite stores ``name``'s FP32 outputs: the models whose rows its own tables hold. A model shipped on
+    its own (its spec keeps its tables beside it) has its FP32 outputs computed in the run."""
+    return model_spec(name).tables is None
+
+
 def outputs_for(model, count: int, batch_size: int, directory: Path | None = None,
                 compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None
                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
@@ -324,6 +330,10 @@ def outputs_for(model, count: int, batch_size: int, directory: Path | None = Non
     FP32 computed on the samples whose hashes differ from the stored ones, by ``compute(inputs)`` (default: in this
     process, in batches of ``batch_size``; the accuracy tests pass their engine's run). ``source`` says how many rows
     of each."""
+    if not ships(model.name):
+        inputs = model.sample_inputs(count, seed=EVAL_SEED)
+        outputs = compute(inputs) if compute is not None else run_batched(model, inputs, batch_size)
+        return inputs, outputs, {"file": None, "stored_rows": 0, "computed_rows": count}
     directory = _directory(directory)
     stored = load(model.name, directory, model=model)
     have = len(next(iter(stored.values())))

@@ -24,12 +24,12 @@ from conformance.datasets.user import load_checkpoint
 from conformance.fileio import write_bytes_atomic
 from conformance.hardware import get_backend
 from conformance.hardware.ipu.policy import load_precisions
-from models import canonical_name, load_model
+from models import MODEL_NAMES, canonical_name, load_model
 from models.seeds import WEIGHT_SEED
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="model name (albert, bert-base, conformer, resnet50, roformer, widedeep, or an alias)")
+    parser.add_argument("model", help=f"model name ({', '.join(MODEL_NAMES)}, or an alias)")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="a checkpoint directory (config.json + model.safetensors, as the main job's --checkpoint); "
                              "default: the seeded weights")

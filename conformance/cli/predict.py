@@ -14,7 +14,7 @@ from boundedio import GIB, ascii_integer
 from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE, DEVICE_NAMES
 from conformance.hardware.ipu.timing.cost import default_execution
 from conformance.hardware.ipu.timing.predict import memory_estimate, predict
-from models import canonical_name, host_bytes
+from models import MODEL_NAMES, canonical_name, host_bytes
 from models.base import check_memory
 
 MAX_BATCH = 1 << 24  # samples (or packs) per batch: far beyond any device batch, and an exact float
@@ -49,7 +49,7 @@ _positive_int = _bounded_int(1, MAX_COUNT)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="model name (albert, bert-base, conformer, resnet50, roformer, widedeep, or an alias)")
+    parser.add_argument("model", help=f"model name ({', '.join(MODEL_NAMES)}, or an alias)")
     parser.add_argument("--batch-size", type=_bounded_int(1, MAX_BATCH), required=True,
                         help="samples per device batch (packs, for packed models)")
     parser.add_argument("--precision", required=True, help="fp16, fp16-half-partials, fp8, fp8-weights or fp32")

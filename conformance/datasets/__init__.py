@@ -16,20 +16,19 @@ import importlib
 from pathlib import Path
 
 from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+from models import model_specs
 
-# Formats whose inputs can be streamed (read per batch). SQuAD's are not: its task metrics read every window's ids.
-STREAMED_FORMATS = {"conformance.datasets.images", "conformance.datasets.criteo"}
-FORMAT_MODULES = {
-    "bert-base": "conformance.datasets.squad",
-    "albert": "conformance.datasets.squad",
-    "resnet50": "conformance.datasets.images",
-    "widedeep": "conformance.datasets.criteo",
-    "roformer": "conformance.datasets.cail",
-    "conformer": "conformance.datasets.speech",
-}
+# The reader of each model's --dataset data, as its spec names it (:class:`models.spec.ModelSpec`); the built-in
+# formats are shared on purpose where two models read one (SQuAD for bert-base and albert). Formats whose inputs can
+# be streamed (read per batch) are those a spec marks so; SQuAD's are not: its task metrics read every window's ids.
+FORMAT_MODULES = {name: spec.dataset_format for name, spec in model_specs().items() if spec.dataset_format}
+STREAMED_FORMATS = {spec.dataset_format for spec in model_specs().values() if spec.dataset_format and spec.streamed_dataset}
 
 
 def format_module(model_name: str):
+    if model_name not in FORMAT_MODULES:
+        raise DatasetError(f"{model_name}: no --dataset format is declared for this model; models that read one: "
+                           f"{', '.join(FORMAT_MODULES)}")
     return importlib.import_module(FORMAT_MODULES[model_name])
 
 
@@ -41,7 +40,7 @@ def load_dataset(model_name: str, path, model, checkpoint=None, limit: int | Non
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{model_name} dataset {str(path)!r}: no such file or directory")
-    if stream and FORMAT_MODULES[model_name] in STREAMED_FORMATS:
+    if stream and FORMAT_MODULES.get(model_name) in STREAMED_FORMATS:
         return format_module(model_name).load(path, model, checkpoint=checkpoint, limit=limit, stream=True)
     return format_module(model_name).load(path, model, checkpoint=checkpoint, limit=limit)
 

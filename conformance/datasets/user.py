@@ -22,18 +22,12 @@ from boundedio import JSON_CONFIG_LIMIT, InputFileError, load_json, open_regular
 from conformance.datasets import DatasetError, EvaluationSet, load_dataset
 from conformance.datasets.cache import OutputCache, entry_key
 from conformance.distributed.source import BatchSource, Inputs, row_count, take
-from models import CheckpointError, Model, load_model, model_module, run_batched, seeded_weights_kept
+from models import (CheckpointError, Model, load_model, model_module, model_spec, model_specs, run_batched,
+                    seeded_weights_kept)
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 
-# config.json model_type of the checkpoints each model reads (transformers' names; widedeep's own layout).
-MODEL_TYPES = {
-    "bert-base": "bert",
-    "albert": "albert",
-    "roformer": "roformer",
-    "resnet50": "resnet",
-    "widedeep": "widedeep",
-    "conformer": "wav2vec2-conformer",
-}
+# config.json model_type of the checkpoints each model reads, as its spec declares it.
+MODEL_TYPES = {name: spec.checkpoint_type for name, spec in model_specs().items()}
 # Checkpoint files whose bytes identify it (tokenizer and preprocessing files are part of the data's fingerprint).
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
 
@@ -52,7 +46,7 @@ def _sha256(path: Path) -> str:
 
 def _sequence_length(name: str, raw: dict) -> dict[str, int]:
     """A text model's input length: its default (MLPerf's 384; RoFormer's 1024) within the checkpoint's positions."""
-    config_class = {"bert-base": "BertConfig", "albert": "AlbertConfig", "roformer": "RoFormerConfig"}.get(name)
+    config_class = model_spec(name).sequence_config
     positions = raw.get("max_position_embeddings")
     if config_class is None or not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
         return {}

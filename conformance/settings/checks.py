@@ -13,6 +13,7 @@ from conformance.targets import DataFileError
 from conformance.targets import accuracy as accuracy_targets
 from conformance.targets.audit import load_audit_config
 from conformance.targets.label_floors import load_label_floors
+from conformance.targets import performance as performance_targets
 from conformance.targets.performance import PERFORMANCE_FILE, load_performance_targets
 from conformance.targets.profiles import load_profiles
 from conformance.targets.regression import load_tolerances
@@ -58,6 +59,7 @@ def check_runnable(settings: RunSettings) -> None:
         raise SettingsError(f"--hardware {settings.hardware}: {reason}")
     check_data_files()
     accuracy_targets.check_complete(settings.backend, settings.models)
+    performance_targets.check_complete(settings.backend, settings.models, settings.precisions)
     check_targets_runnable(settings)
 
 

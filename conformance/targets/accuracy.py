@@ -22,9 +22,9 @@ from pathlib import Path
 
 from boundedio import parse_toml
 from conformance.hardware import Backend, hardware_names, hardware_precisions
-from conformance.targets import DataFileError, backend_files, read_toml
+from conformance.targets import DataFileError, backend_files, model_files, read_toml
 from conformance.targets.bounds import MIN_RATIO
-from models import MODEL_NAMES
+from models import MODEL_NAMES, model_specs
 
 ACCURACY_FILE = Path(__file__).with_name("accuracy.toml")
 
@@ -42,24 +42,12 @@ TENSOR_METRICS = (
     "rounding_bias",
     "op_mismatches",
 )
-TASK_METRICS = {
-    "resnet50": ("top1_agreement", "top5_agreement"),
-    "bert-base": ("exact_match", "f1"),
-    "albert": ("exact_match", "f1"),
-    "roformer": ("pairwise_order_agreement",),
-    "widedeep": ("accuracy", "auc"),
-    "conformer": (),  # no data set: tensor-level SNR and cosine of the encoder output are its task metrics
-}
-# Task metrics against the labels of a user's evaluation set (``--dataset``), per model; gated only when the set has
-# labels. Their FP32 value is the FP32 model's accuracy on those labels.
-LABEL_METRICS = {
-    "resnet50": ("top1_accuracy", "top5_accuracy"),
-    "bert-base": ("squad_exact_match", "squad_f1"),
-    "albert": ("squad_exact_match", "squad_f1"),
-    "roformer": ("pair_accuracy",),
-    "widedeep": ("click_accuracy", "click_auc"),
-    "conformer": (),
-}
+# Each model's decisions against its FP32 outputs, and its task metrics against the labels of a user's evaluation set
+# (``--dataset``; gated only when the set has labels, their FP32 value being the FP32 model's accuracy on those
+# labels): as the models' specs declare them (:class:`models.spec.ModelSpec`). A model with neither is judged by its
+# tensor metrics alone.
+TASK_METRICS = {name: spec.task_metrics for name, spec in model_specs().items()}
+LABEL_METRICS = {name: spec.label_metrics for name, spec in model_specs().items()}
 # Cases that are not one of the six models, with the metrics they report.
 EXTRA_CASES = {
     "minilm": ("embedding_cosine", "min_embedding_cosine", "retrieval_agreement"),
@@ -317,6 +305,13 @@ def _load_targets(path: Path, suite_file: Path) -> tuple[Gate, ...]:
             if other:
                 raise TargetsError(f"{extra}: the {hardware!r} backend's targets may only hold [{hardware}.*] tables, "
                                    f"not {other}")
+            gates.extend(found)
+        for model, extra in model_files(suite_file.name):
+            found = _read_targets(extra)
+            other = sorted({g.model for g in found} - {model})
+            if other:
+                raise TargetsError(f"{extra}: model {model!r}'s gates may only hold [<hardware>.{model}.*] tables, "
+                                   f"not those of {other}")
             gates.extend(found)
     return tuple(gates)
 

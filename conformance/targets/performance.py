@@ -18,7 +18,7 @@ from pydantic import Field, create_model
 
 from conformance.hardware import hardware_names, hardware_precisions
 from conformance.hardware.base import MLPERF_BENCHMARKS, SCENARIOS
-from conformance.targets import DataFileError, Schema, backend_files, fail, read_toml, validate
+from conformance.targets import DataFileError, Schema, backend_files, fail, model_files, model_tables, read_toml, validate
 from conformance.targets.bounds import MAX_BATCH, MAX_LATENCY_MS, MAX_QUERIES, MAX_RATE, count, non_negative, positive
 from conformance.targets.profiles import PROFILE_NAMES
 from models import MODEL_NAMES
@@ -71,6 +71,41 @@ class PerformanceTargets:
     def for_hardware(self, hardware: str, precisions=None, models=None) -> list[PerformanceTarget]:
         return [t for t in self.targets if t.hardware == hardware and (precisions is None or t.precision in precisions)
                 and (models is None or t.model in models)]
+
+
+def check_complete(backend, models, precisions=None, path: Path | None = None) -> None:
+    """Every selected model has the performance targets its hardware times: the precisions and scenarios some model has
+    targets for on ``backend``'s hardware are each model's matrix there, so a model, precision or scenario without
+    its target (which would silently drop a test, or leave none to run) is a PerformanceTargetsError naming the
+    table and key. Combinations the backend does not run (its ``scenario_support`` says why) need none."""
+    hardware = backend.name
+    targets = load_performance_targets(path).for_hardware(hardware)
+    timed = {}  # precision -> scenarios some model is timed at
+    for t in targets:
+        timed.setdefault(t.precision, set()).add(t.scenario)
+    have = {(t.model, t.precision, t.scenario) for t in targets}
+    where = path or PERFORMANCE_FILE.name
+    if not timed:
+        if models:
+            raise PerformanceTargetsError(f"{where}: hardware {hardware!r} has no performance targets: its models "
+                                          f"{', '.join(models)} need [targets.<model>.{hardware}.<precision>] tables "
+                                          "(in the suite's file, the backend's or the model's own)")
+        return
+    missing = []
+    for model in models:
+        for precision in timed:
+            if precisions is not None and precision not in precisions:
+                continue
+            absent = [s for s in SCENARIOS if s in timed[precision] and (model, precision, s) not in have
+                      and not backend.scenario_support(model, precision, s)]
+            if absent and len(absent) == len([s for s in SCENARIOS if s in timed[precision]]):
+                missing.append(f"[targets.{model}.{hardware}.{precision}]")
+            elif absent:
+                missing.append(f"[targets.{model}.{hardware}.{precision}] {', '.join(absent)}")
+    if missing:
+        raise PerformanceTargetsError(f"{where}: no performance targets for {'; '.join(missing)}: the {hardware!r} "
+                                      "hardware times these precisions and scenarios, so every model it runs needs "
+                                      "them (in the suite's file, the backend's or the model's own)")
 
 
 ModelName = Literal[MODEL_NAMES]
@@ -139,6 +174,12 @@ def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
     own), validated; a PerformanceTargetsError naming the file, line, key and what is allowed otherwise."""
     path = Path(path) if path is not None else PERFORMANCE_FILE
     data, text = _check(read_toml, path)
+    if path == PERFORMANCE_FILE:  # models shipped on their own bring their run parameters and targets
+        for model, extra in model_files(PERFORMANCE_FILE.name):
+            own, _ = _check(read_toml, extra)
+            _check(model_tables, own, model, extra, {"models": 0, "targets": 0})
+            for key, tables in own.items():
+                data.setdefault(key, {}).update(tables)
     _check(validate, data, _schemas()[0], path, text)
     origins = {}  # hardware -> (file, text) of a backend shipped on its own: its tables' mistakes name its file
     if path == PERFORMANCE_FILE:  # backends shipped on their own bring the targets of their names

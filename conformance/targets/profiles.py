@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field, create_model
 
 from conformance.hardware import hardware_names
 from conformance.hardware.base import SCENARIOS
-from conformance.targets import DataFileError, Schema, backend_files, read_toml, validate
+from conformance.targets import DataFileError, Schema, backend_files, model_files, read_toml, validate
 from conformance.targets.bounds import MAX_DURATION_MS, MAX_QUERIES, MAX_SAMPLES, count
 from models import MODEL_NAMES
 
@@ -116,7 +116,36 @@ def _schemas() -> tuple[type[Schema], type[Schema]]:
 
 def _validated(path: Path):
     data, text = _errors_as_profiles_error(read_toml, path)
+    if path == PROFILES_FILE:
+        for model, extra in model_files(PROFILES_FILE.name):
+            _merge_model_counts(data, model, extra)
     return _errors_as_profiles_error(validate, data, _schemas()[0], path, text)
+
+
+# What a model's own profiles.toml holds: per profile (and [reference]) its counts, keyed by its name.
+MODEL_COUNTS = {"samples": (), "batch_size": (), "performance": ("performance_samples",)}
+
+
+def _merge_model_counts(data: dict, model: str, path: Path) -> None:
+    """Add a model's own counts (``[reference].samples``, ``[<profile>].samples`` and ``batch_size``,
+    ``[<profile>.performance].performance_samples``, each ``{ <model> = n }``) to the suite's ``data``; any other key,
+    or another model's name, is a ProfilesError naming the file and key (the counts are validated with the suite's)."""
+    own, _ = _errors_as_profiles_error(read_toml, path)
+    for name, table in own.items():
+        if name not in ("reference", *PROFILE_NAMES) or not isinstance(table, dict):
+            raise ProfilesError(f"{path}: key {name!r}: a model's profiles.toml holds tables [reference] and "
+                                f"[<profile>] ({', '.join(PROFILE_NAMES)}) only")
+        for field, counts in table.items():
+            inner = MODEL_COUNTS.get(field)
+            if inner is None or not isinstance(counts, dict) or (inner and set(counts) - set(inner)):
+                raise ProfilesError(f"{path}: [{name}].{field}: a model's profiles.toml holds samples, batch_size and "
+                                    "performance.performance_samples only")
+            for key, per_model in ({field: counts} if not inner else counts).items():
+                if not isinstance(per_model, dict) or set(per_model) - {model}:
+                    raise ProfilesError(f"{path}: [{name}].{key}: the counts of model {model!r} are "
+                                        f"{{ {model} = n }}, no other model's")
+                target = data.setdefault(name, {}).setdefault(field, {})
+                (target.setdefault(key, {}) if inner else target).update(per_model)
 
 
 def _errors_as_profiles_error(function, *args):

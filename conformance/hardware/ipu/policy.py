@@ -8,12 +8,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, PositiveInt, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, PositiveInt, StringConstraints, create_model, model_validator
 
 from conformance.datafiles import Schema, fail, read_toml, validate
 from conformance.hardware.ipu.fp8_scales import FP8_FORMATS
 from conformance.numerics import SCALE_RANGE
-from models import MODEL_NAMES
+from models import MODEL_NAMES, model_specs
 
 PRECISIONS_FILE = Path(__file__).with_name("precisions.toml")
 
@@ -110,6 +110,14 @@ def load_precisions(path: Path | None = None) -> tuple[dict[str, Policy], dict[s
     path = Path(path) if path is not None else PRECISIONS_FILE
     data, text = read_toml(path)
     checked = validate(data, PrecisionsFile, path, text)
+    if path == PRECISIONS_FILE:  # models shipped on their own bring their FP8 settings ([fp8.<model>] of fp8.toml)
+        for model, spec in model_specs().items():
+            extra = spec.table("fp8")
+            if extra is None or not extra.is_file():
+                continue
+            own, own_text = read_toml(extra)
+            schema = create_model("ModelFp8File", __base__=Schema, fp8=(dict[Literal[model], Fp8Schema], ...))
+            checked.fp8.update(validate(own, schema, extra, own_text).fp8)
     if "fp32" in checked.precisions:
         fail(path, ("precisions", "fp32"), "fp32 is the reference the precisions are compared with, not a precision "
              "of the hardware", text)

@@ -20,24 +20,12 @@ from conformance.hardware.ipu.timing.packing import PackingStats, packing_stats
 from conformance.hardware.ipu.timing.trace import OpRecord, Trace, data_types, trace_model
 import numpy as np
 
-from models import canonical_name, model_module
+from models import canonical_name, model_module, model_spec
 
 # Keys of Prediction.to_json(); the README documents them and a test checks them.
 JSON_KEYS = ("model", "precision", "device", "config_overrides", "batch_size", "packed", "sequences_per_pack",
              "samples_per_batch", "device_ms_per_batch", "latency_ms", "samples_per_second", "breakdown_ms", "flops_per_batch",
              "achieved_tflops", "io_tiles", "batches_per_step", "sram", "parameters")
-
-
-# How each model's module builds the model from its config and parameters (its ``load`` does the same with seeded or
-# checkpoint weights): the class and the parameter shapes.
-_STRUCTURE = {
-    "albert": (lambda module, config: module.AlbertForQuestionAnswering, "param_shapes"),
-    "bert-base": (lambda module, config: module.CLASSES[config.architecture], "param_shapes"),
-    "conformer": (lambda module, config: module.Conformer, "parameter_shapes"),
-    "resnet50": (lambda module, config: module.ResNet50, "param_shapes"),
-    "roformer": (lambda module, config: module.RoFormerForSequenceClassification, "param_shapes"),
-    "widedeep": (lambda module, config: module.WideDeep, "param_shapes"),
-}
 
 
 def shape_only_model(name: str, **overrides):
@@ -46,9 +34,9 @@ def shape_only_model(name: str, **overrides):
     BatchNorm statistics by running the network); a timing estimate needs only the op list they produce."""
     module = model_module(name)
     config = module.build_config(**overrides)
-    model_class, shapes = _STRUCTURE[canonical_name(name)]
-    params = {key: np.zeros(shape, np.float32) for key, shape in getattr(module, shapes)(config).items()}
-    return model_class(module, config)(config, params)
+    spec = model_spec(name)  # the class and the parameter shapes (its ``load`` does the same with real weights)
+    params = {key: np.zeros(shape, np.float32) for key, shape in getattr(module, spec.param_shapes)(config).items()}
+    return spec.model_class_for(module, config)(config, params)
 
 
 @lru_cache(maxsize=8)
