@@ -517,7 +517,7 @@ def test_a_jobs_model_lost_with_the_workers_that_held_it_is_sent_again():
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": cluster_module.worker_environment()}):
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": cluster_module.worker_environment(2)}):
         local = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                              protocol="tcp://", host="127.0.0.1")
     job = Job("lost-state", np.array([3.0]), _scaled_batch, "scaled")  # one object: scattered under one key
