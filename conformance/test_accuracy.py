@@ -28,6 +28,7 @@ from conformance.accuracy.evaluation import (
     wants_probe,
     worst_samples,
 )
+from conformance.datasets import sample_labels
 from conformance.datasets.cache import OutputCache
 from conformance.distributed import BatchStore, make_engine, pick
 from conformance.fileio import write_bytes_atomic
@@ -74,6 +75,7 @@ class AccuracyRuns:
         self.user_cases = user_cases
         self.config = config
         self._references: dict[str, tuple[dict, dict]] = {}
+        self._labels: dict[str, object] = {}
         self._runs: dict[tuple[str, str], dict] = {}
         self.cached: dict[str, bool] = {}  # user's models: whether their FP32 outputs came from the cache
         self.sources: dict[str, dict] = {}  # stored models: the rows read from the reference file and computed
@@ -117,9 +119,16 @@ class AccuracyRuns:
         return self.settings.profile_data.batch_size[name]
 
     def labels(self, name: str):
-        """The labelled evaluation set of ``name`` (None without labels)."""
+        """The labels ``name`` is judged against (None without labels): a user's labelled evaluation set, or the
+        labels of the suite's own samples where the seeded model was built to solve their task (resnet50's synthetic
+        images' classes)."""
         case = self.user_cases.get(name)
-        return case.evaluation if case is not None and case.labelled else None
+        if case is not None or name in self.settings.onnx:
+            return case.evaluation if case is not None and case.labelled else None
+        if name not in self._labels:
+            model = self.model_store.get(name)
+            self._labels[name] = sample_labels(name, reference.evaluation_labels(model, self.count(name)))
+        return self._labels[name]
 
     def reference(self, name: str) -> tuple[dict, dict]:
         """(inputs, FP32 outputs) of the first ``count`` evaluation samples: stored outputs (checked against the

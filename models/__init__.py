@@ -110,18 +110,8 @@ def load_model(name: str, checkpoint=None, seed: int = 0, allow_unused_weights: 
     warning, and replaced."""
     module = model_module(name)
     if checkpoint is None:
-        store = seeded_weight_store()
-        if store is None:
-            return module.load(checkpoint=None, seed=seed, **config_overrides)
-        key = seeded_key(canonical_name(name), module.build_config(**config_overrides), seed)
-        params = store.load(key["model"], key)
-        if params is not None:
-            try:
-                return module.assemble(module.build_config(**config_overrides), params)
-            except CheckpointError as exc:
-                warnings.warn(f"{exc}; building them again", stacklevel=2)
-        model = module.load(checkpoint=None, seed=seed, **config_overrides)
-        store.save(key["model"], key, model.params)
+        model = _seeded(module, name, seed, config_overrides)
+        model.weight_seed = int(seed)
         return model
     try:
         return module.load(checkpoint=checkpoint, seed=seed, allow_unused=allow_unused_weights, **config_overrides)
@@ -129,6 +119,22 @@ def load_model(name: str, checkpoint=None, seed: int = 0, allow_unused_weights: 
         raise
     except (TypeError, ValueError) as exc:  # config.json's sizes that the config dataclass refuses, and overrides
         raise CheckpointError(f"{name} checkpoint {str(checkpoint)!r}: {exc}") from None
+
+
+def _seeded(module, name: str, seed: int, config_overrides: dict) -> Model:
+    store = seeded_weight_store()
+    if store is None:
+        return module.load(checkpoint=None, seed=seed, **config_overrides)
+    key = seeded_key(canonical_name(name), module.build_config(**config_overrides), seed)
+    params = store.load(key["model"], key)
+    if params is not None:
+        try:
+            return module.assemble(module.build_config(**config_overrides), params)
+        except CheckpointError as exc:
+            warnings.warn(f"{exc}; building them again", stacklevel=3)
+    model = module.load(checkpoint=None, seed=seed, **config_overrides)
+    store.save(key["model"], key, model.params)
+    return model
 
 
 def seeded_weights_kept(name: str, seed: int = 0, **config_overrides) -> bool:

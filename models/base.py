@@ -59,6 +59,8 @@ class Model:
 
     name: ClassVar[str] = ""
     output_names: ClassVar[tuple[str, ...]] = ()
+    # the seed of seeded weights (:func:`models.load_model` sets it); None for a checkpoint's weights
+    weight_seed: int | None = None
 
     def __init__(self, config, params: dict[str, np.ndarray]):
         self.config = config
@@ -81,6 +83,11 @@ class Model:
     def sample_inputs(self, batch_size: int, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic inputs that look like the real data set's, for ``batch_size`` samples."""
         raise NotImplementedError
+
+    def sample_labels(self, batch_size: int, seed: int = 0) -> np.ndarray | None:
+        """The labels of :meth:`sample_inputs` (the same arguments, the same samples) where the samples have them:
+        a synthetic task that seeded weights were built to solve. None by default, and for a checkpoint's weights."""
+        return None
 
     # -- shared ----------------------------------------------------------------------------------------------------
     def __call__(self, inputs: dict[str, np.ndarray], ops: Ops | None = None) -> dict[str, np.ndarray]:

@@ -163,8 +163,15 @@ class ResNet50(Model):
     def sample_inputs(self, batch_size: int, seed: int = 0):
         """Images of the classes the seeded classifier was built to tell apart (:func:`class_samples`), as an
         evaluation set shows the classes a trained one learnt."""
-        rng = np.random.default_rng([seed, 0x52455336])  # stream tag "RES6": distinct from the weight streams
-        return {"pixel_values": class_samples(batch_size, self.config, rng)[0]}
+        return {"pixel_values": class_samples(batch_size, self.config, _sample_stream(seed))[0]}
+
+    def sample_labels(self, batch_size: int, seed: int = 0):
+        """The label of each image of :meth:`sample_inputs`: its class's (:func:`prototype_classes` of the weights'
+        seed), which the seeded classifier was fitted to; None for a checkpoint's classifier, which was not."""
+        labels = None if self.weight_seed is None else prototype_classes(self.config, self.weight_seed)
+        if labels is None or len(labels) < PROTOTYPES:
+            return None
+        return labels[draw_classes(batch_size, _sample_stream(seed))]
 
 
 def natural_images(batch: int, size: int, rng: np.random.Generator, channels: int = 3) -> np.ndarray:
@@ -250,12 +257,21 @@ def class_statistics() -> ImageStatistics:
                            IMAGENET_MEAN[None, :] + np.array([g[2] for g in grid]))
 
 
+def _sample_stream(seed: int) -> np.random.Generator:
+    return np.random.default_rng([seed, 0x52455336])  # stream tag "RES6": distinct from the weight streams
+
+
+def draw_classes(batch: int, rng: np.random.Generator) -> np.ndarray:
+    """The classes of ``batch`` images, uniform over the :data:`PROTOTYPES`: the first draw of :func:`class_samples`."""
+    return rng.integers(0, PROTOTYPES, size=batch)
+
+
 def class_samples(batch: int, config: ResNetConfig, rng: np.random.Generator,
                   classes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``batch`` ImageNet-normalised images and the class each shows (``classes``, default drawn uniformly): each a
     new random field with its class's statistics, jittered per sample by :data:`_SAMPLE_JITTER`."""
     if classes is None:
-        classes = rng.integers(0, PROTOTYPES, size=batch)
+        classes = draw_classes(batch, rng)
     base = class_statistics().take(classes)
     jitter_alpha, jitter_contrast, jitter_brightness = _SAMPLE_JITTER
     statistics = ImageStatistics(base.alpha + rng.normal(0.0, jitter_alpha, batch),

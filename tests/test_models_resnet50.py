@@ -128,6 +128,24 @@ def test_seeded_weights_and_samples_are_deterministic():
     assert 1.0 < logits.std() < 6.0 and len(set(logits.argmax(axis=1).tolist())) > 2
 
 
+def test_sample_labels_are_the_classes_the_images_show(tmp_path):
+    """The seeded model's evaluation images carry labels: the class each image was drawn from, mapped to the label
+    the seeded classifier was fitted to give it; a checkpoint's classifier was fitted to no such task: none."""
+    from models import resnet50
+
+    small = dict(hidden_sizes=(24, 40, 56, 72), depths=(1, 1, 1, 1), embedding_size=16, image_size=64, num_labels=100)
+    model = load_model("resnet50", seed=4, **small)
+    assert model.weight_seed == 4
+    labels = model.sample_labels(9, seed=2)
+    images, shown = resnet50.class_samples(9, model.config, np.random.default_rng([2, 0x52455336]))
+    assert np.array_equal(images, model.sample_inputs(9, seed=2)["pixel_values"])
+    assert np.array_equal(labels, resnet50.prototype_classes(model.config, seed=4)[shown])
+    assert not np.array_equal(labels, model.sample_labels(9, seed=3))
+    write_checkpoint(tmp_path, seed=3)
+    assert load_model("resnet50", checkpoint=tmp_path, image_size=IMAGE).sample_labels(9, seed=2) is None
+    assert load_model("resnet50", seed=4, **{**small, "num_labels": 8}).sample_labels(9) is None  # fewer labels than classes
+
+
 def test_seeded_classifier_tells_its_classes_apart_by_clear_margins():
     """On the stored FP32 outputs of the evaluation images (the default size, seed 0): most images are given the label
     of the class they show, many classes are predicted, and the top-1 margins stand well clear of rounding noise

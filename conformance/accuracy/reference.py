@@ -97,6 +97,14 @@ def evaluation_inputs(model, count: int | None = None) -> dict[str, np.ndarray]:
     return inputs
 
 
+def evaluation_labels(model, count: int) -> np.ndarray | None:
+    """The labels of the ``count`` samples :func:`outputs_for` judges (``model.sample_labels`` drawn as their
+    inputs were: the stored evaluation set's first ones, or ``count`` drawn anew beyond it); None without labels."""
+    drawn = count if not ships(model.name) or count > evaluation_count(model.name) else evaluation_count(model.name)
+    labels = model.sample_labels(drawn, seed=EVAL_SEED)
+    return None if labels is None else labels[:count]
+
+
 def sample_hashes(inputs: dict[str, np.ndarray]) -> np.ndarray:
     """(samples, 32) uint8: the SHA-256 of each sample's inputs (names, dtypes, per-sample shapes and bytes)."""
     count = len(next(iter(inputs.values())))

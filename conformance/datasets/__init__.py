@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from conformance.datasets.base import DatasetError, EvaluationSet, sha256_files
+from conformance.datasets.base import DatasetError, EvaluationSet, SampleLabels, sha256_files
 from models import model_specs
 
 # The reader of each model's --dataset data, as its spec names it (:class:`models.spec.ModelSpec`); the built-in
@@ -45,5 +45,14 @@ def load_dataset(model_name: str, path, model, checkpoint=None, limit: int | Non
     return format_module(model_name).load(path, model, checkpoint=checkpoint, limit=limit)
 
 
-__all__ = ["DatasetError", "EvaluationSet", "FORMAT_MODULES", "STREAMED_FORMATS", "format_module", "load_dataset",
+def sample_labels(model_name: str, labels) -> SampleLabels | None:
+    """``labels`` of the model's own samples (None: they have none) scored by its data format's ``label_scorer``;
+    None where the format has no scorer of bare labels."""
+    if labels is None or model_name not in FORMAT_MODULES:
+        return None
+    scorer = getattr(format_module(model_name), "label_scorer", None)
+    return None if scorer is None else SampleLabels(model_name, labels, scorer(labels))
+
+
+__all__ = ["DatasetError", "EvaluationSet", "SampleLabels", "sample_labels", "FORMAT_MODULES", "STREAMED_FORMATS", "format_module", "load_dataset",
            "sha256_files"]

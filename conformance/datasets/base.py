@@ -25,7 +25,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -111,6 +111,21 @@ class EvaluationSet:
     def label_metrics(self, outputs: dict[str, np.ndarray]) -> dict[str, TaskMetric]:
         """The task metrics of ``outputs`` against the labels ({} without labels)."""
         return {} if self.scorer is None else self.scorer(outputs)
+
+
+@dataclass(frozen=True)
+class SampleLabels:
+    """The labels of the suite's own evaluation samples, where a seeded model was built to solve their task (the
+    synthetic images' classes: :meth:`models.base.Model.sample_labels`), scored as a data set's labels are.
+    ``scorer``: the model's data format's ``label_scorer(labels)``."""
+
+    model: str
+    labels: np.ndarray = field(compare=False)
+    scorer: Callable[[dict[str, np.ndarray]], dict[str, TaskMetric]] = field(compare=False)
+    labelled: ClassVar[bool] = True
+
+    def label_metrics(self, outputs: dict[str, np.ndarray]) -> dict[str, TaskMetric]:
+        return self.scorer(outputs)
 
 
 def expect_file(path, expected: str) -> Path:

@@ -365,6 +365,17 @@ def _first_few(items: list[str]) -> str:
     return "; ".join(items[:_NAMED]) + (f"; and {more} more" if more > 0 else "")
 
 
+def label_scorer(labels: np.ndarray):
+    """Outputs -> top-1 and top-5 accuracy against ``labels`` (one class index per image), per image."""
+    labels = np.asarray(labels, np.int64)
+
+    def scorer(outputs: dict[str, np.ndarray]):
+        logits = outputs["logits"]
+        return {"top1_accuracy": mean_metric(topk_label_hits(logits, labels, 1)),
+                "top5_accuracy": mean_metric(topk_label_hits(logits, labels, 5))}
+    return scorer
+
+
 def topk_label_hits(logits, labels, k: int) -> np.ndarray:
     """Per image: whether its label is among the ``k`` largest logits."""
     logits = np.asarray(logits)
@@ -479,12 +490,6 @@ def load(path, model, checkpoint=None, limit: int | None = None, stream: bool = 
         inputs = source.take(0, len(entries))
 
     labels = np.array([label for _, _, label in entries], np.int64)
-
-    def scorer(outputs: dict[str, np.ndarray]):
-        logits = outputs["logits"]
-        return {"top1_accuracy": mean_metric(topk_label_hits(logits, labels, 1)),
-                "top5_accuracy": mean_metric(topk_label_hits(logits, labels, 5))}
-
     provenance = {
         "format": "imagenet-val-map",
         "path": str(path),
@@ -495,4 +500,4 @@ def load(path, model, checkpoint=None, limit: int | None = None, stream: bool = 
         "preprocessing": preprocessing.describe(),
     }
     return EvaluationSet(model=model.name, inputs=inputs, units=len(entries),
-                         provenance=provenance, scorer=scorer)
+                         provenance=provenance, scorer=label_scorer(labels))
