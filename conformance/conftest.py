@@ -22,7 +22,10 @@ def settings(pytestconfig) -> RunSettings:
 
 
 @pytest.fixture(scope="session")
-def backend(settings) -> Backend:
+def backend(settings, pytestconfig) -> Backend:
+    notice = settings.backend.start_up()
+    if notice:  # said before the work starts, not charged silently to the first test
+        session.progress_line(pytestconfig, notice)
     return settings.backend
 
 

@@ -310,3 +310,29 @@ def test_numba_compile_time_is_measured_for_the_start_up_announcement():
 
     assert fresh(1.5) == 4.0
     assert compiled.compile_seconds() > before
+
+
+def test_kernels_not_yet_in_numbas_cache_are_announced_before_the_tests(tmp_path):
+    """A fresh numba cache: the ipu backend says, before any test, that its kernels will compile; once they are
+    compiled and cached, it says nothing. The numpy path compiles nothing."""
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent("""
+        import numpy as np
+        from conformance.hardware import get_backend
+        from conformance.numerics import compiled, formats
+        backend = get_backend("ipu")
+        print(repr(backend.start_up()))
+        before = len(compiled.uncached_kernels())
+        formats.quantize(np.linspace(-3, 3, 64, dtype=np.float32), "f16")
+        print(0 < len(compiled.uncached_kernels()) < before)
+        with compiled.kernel_path("numpy"):
+            print(repr(backend.start_up()))
+    """)
+    env = {**__import__("os").environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, fewer, numpy_path = done.stdout.splitlines()[-3:]
+    assert "compiling the emulator's kernels as they are first used" in first and "once per machine" in first
+    assert fewer == "True" and numpy_path == "None"

@@ -209,3 +209,8 @@ class Backend(abc.ABC):
     def versions(self) -> dict[str, str]:
         """Versions of what this backend runs on, for the report header."""
         return {}
+
+    def start_up(self) -> str | None:
+        """Work the backend will do once, on first use, that takes long enough to be said before the tests start
+        (compiling its kernels): a line for the terminal, or None."""
+        return None

@@ -88,6 +88,23 @@ def compile_seconds() -> float:
     return timer.duration if timer is not None and timer.done else 0.0
 
 
+def uncached_kernels() -> list[str]:
+    """The compiled kernels numba's on-disk cache holds nothing for yet (they compile on first use: a fresh clone's
+    first run), by name; [] on the numpy path or without numba."""
+    kernels = jit()
+    if kernels is None:
+        return []
+    from numba.core.registry import CPUDispatcher
+
+    def cached(dispatcher) -> bool:
+        try:
+            return os.path.exists(dispatcher._cache._cache_file._index_path)
+        except AttributeError:  # another numba's layout: assume it compiles
+            return False
+    return sorted(name for name, value in vars(kernels).items()
+                  if isinstance(value, CPUDispatcher) and not cached(value))
+
+
 def jit():
     """The compiled kernels when the active path is "numba" and numba imports; None for the numpy path."""
     if active_path() != "numba":

@@ -23,6 +23,7 @@ from conformance.hardware.ipu.timing.cost import (
     memory_fit,
 )
 from conformance.hardware.ipu.timing.predict import extrapolated_trace, model_trace
+from conformance.numerics import compiled
 
 # MLPerf's name of each storage format of precisions.toml
 STORAGE_NAMES = {"f16": "fp16"}
@@ -173,3 +174,10 @@ class IpuBackend(Backend):
 
     def versions(self) -> dict[str, str]:
         return {"numpy": np.__version__}
+
+    def start_up(self) -> str | None:
+        missing = compiled.uncached_kernels()
+        if not missing:
+            return None
+        return (f"compiling the emulator's kernels as they are first used: {len(missing)} of them are not in numba's "
+                "cache here yet (about 1-2 min on 2 cores, once per machine)")
