@@ -3,6 +3,7 @@ results, an interrupted run resumes from its stored batches, and a bad cluster i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -503,6 +504,57 @@ def test_a_worker_that_stops_answering_loses_its_batches_to_the_others(monkeypat
     results, stats = done["run"]
     assert [r[0]["y"].tolist() for r in results] == [[2.0 * i, 2.0 * i + 2] for i in range(0, 48, 2)]
     assert stats.lost_workers and any("lost during the run" in w for w in done["warnings"])
+
+
+def test_a_scheduler_that_stops_answering_ends_the_run_in_bounded_time(tmp_path, monkeypatch):
+    """A scheduler frozen mid-run (SIGSTOP: its connections stay open, nothing answers) would be waited on for ever:
+    the run asks it whether it still answers after a while without a finished batch, and stops with an error naming
+    the cluster once it does not reply in time."""
+    monkeypatch.setattr(cluster_module, "SCHEDULER_CHECK_S", 1.0)
+    monkeypatch.setattr(cluster_module, "SCHEDULER_REPLY_S", 2.0)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                  "--port", "0", "--no-dashboard", "--scheduler-file", str(file)], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(file.read_text())["address"]
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                   "--no-dashboard", "--no-nanny"], env=env, cwd=REPO,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        engine = DaskEngine(address=address)
+        engine.client.wait_for_workers(1, timeout=60)
+        job = Job("frozen-scheduler", None, _slow_batch, "slow")
+        done: dict = {}
+
+        def run():
+            try:
+                done["run"] = engine.run(job, {"x": np.arange(400.0)}, [Batch(i, i + 2) for i in range(0, 400, 2)])
+            except Exception as exc:  # noqa: BLE001 - the test says what it was
+                done["error"] = exc
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        time.sleep(1.0)
+        os.kill(scheduler.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        thread.join(60)
+        assert not thread.is_alive(), "the run waited for the frozen scheduler"
+        assert time.monotonic() - stopped < 30
+        assert isinstance(done.get("error"), EngineError), done
+        assert f"the scheduler of the cluster at {address} stopped answering: no reply in 2 s" in str(done["error"])
+        engine.close()
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGCONT)
+                process.kill()
+                process.wait(30)
 
 
 def _scaled_batch(state: np.ndarray, inputs: dict, options: dict):

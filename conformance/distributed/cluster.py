@@ -66,6 +66,10 @@ NO_WORKERS_TIMEOUT_S = 300  # a batch that no worker of a local cluster can take
 MAX_STATE_SCATTERS = 5  # times a job's state is sent to the workers again after those that held it were lost
 IN_FLIGHT_PER_WORKER = 2  # batches submitted per worker ahead of those finished
 WORKER_STOP_S = 0.5  # how long a local worker has to stop when the engine closes before its process is ended
+# A run that has waited this long for its next batch asks the scheduler whether it still answers, and gives up on a
+# scheduler that does not reply within SCHEDULER_REPLY_S (frozen, or its host gone without closing the connection).
+SCHEDULER_CHECK_S = 30.0
+SCHEDULER_REPLY_S = 30.0
 
 
 def blas_signature() -> dict[str, list]:
@@ -304,6 +308,7 @@ class DaskEngine(Engine):
         self.address = check_address(address) if address is not None else None
         self._cluster = None
         self._abandoned = False  # a run stopped with batches in flight: the workers are ended, not waited for
+        self._scheduler_lost = False  # the scheduler stopped answering: nothing more is asked of it
         if self.address is not None:
             probe(self.address, connect_timeout)
             deadline = time.monotonic() + connect_timeout
@@ -445,7 +450,7 @@ class DaskEngine(Engine):
             submit(item)
         running = as_completed(list(futures), loop=self.client.loop)
         try:
-            for future in running:
+            while (future := self._next_finished(running)) is not None:
                 item, used = futures.pop(future)
                 index = item[0]
                 try:
@@ -477,17 +482,45 @@ class DaskEngine(Engine):
                 yield index, outputs, extras, seconds
         finally:
             self._abandoned = self._abandoned or bool(futures)  # batches in flight when the run stopped
-            self.client.cancel(list(futures) + [shared["state"]])
-            lost = sorted(before - set(self.client.scheduler_info()["workers"]))
-            if lost:
-                stats.lost_workers += lost
-                warnings.warn(f"{job.name}: {len(lost)} worker(s) of {self.where} lost during the run "
-                              f"({', '.join(lost)}); their batches ran again on the others", stacklevel=3)
+            if not self._scheduler_lost:  # a scheduler that stopped answering is asked nothing more
+                self.client.cancel(list(futures) + [shared["state"]])
+                lost = sorted(before - set(self.client.scheduler_info()["workers"]))
+                if lost:
+                    stats.lost_workers += lost
+                    warnings.warn(f"{job.name}: {len(lost)} worker(s) of {self.where} lost during the run "
+                                  f"({', '.join(lost)}); their batches ran again on the others", stacklevel=3)
+
+    def _next_finished(self, running):
+        """The next finished future of ``running`` (None when none is left), checking every SCHEDULER_CHECK_S of
+        waiting that the scheduler still answers (:meth:`_check_scheduler`)."""
+        waited = time.monotonic()
+        while not running.has_ready():
+            if running.is_empty():
+                return None
+            time.sleep(0.05)
+            if time.monotonic() - waited >= SCHEDULER_CHECK_S:
+                self._check_scheduler()
+                waited = time.monotonic()
+        return next(running)
+
+    def _check_scheduler(self) -> None:
+        """An EngineError when the scheduler does not reply to a request within SCHEDULER_REPLY_S: a frozen scheduler
+        keeps its connections open, and a run would wait for its batches for ever."""
+        try:
+            self.client.sync(self.client.scheduler.identity, callback_timeout=SCHEDULER_REPLY_S)
+        except (TimeoutError, OSError) as exc:
+            self._scheduler_lost = True
+            raise EngineError(f"the scheduler of {self.where} stopped answering: no reply in {SCHEDULER_REPLY_S:g} s "
+                              f"while batches were in flight ({type(exc).__name__}; frozen, or its host unreachable); "
+                              "the batches computed so far are kept: run again when it answers") from None
 
     def close(self) -> None:
         client, cluster = getattr(self, "client", None), self._cluster
         self._cluster = None
-        if client is not None:
+        if client is not None and self._scheduler_lost:  # closing politely would wait for the scheduler
+            with contextlib.suppress(Exception):
+                client.close(timeout=1)
+        elif client is not None:
             client.close()
         if cluster is not None:
             if self._abandoned:
