@@ -174,8 +174,10 @@ class Interpreter:
         self._load_external_data(Path(base_dir) if base_dir is not None else None)
         try:
             onnx.checker.check_model(_without_large_weights(self.model), full_check=True)
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-            raise InterpreterError(f"{self.source} fails onnx.checker: {str(exc).splitlines()[0]}") from None
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as exc:
+            # ValueError: what the checker's C++ side raises for some malformed fields (an unknown tensor type)
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InterpreterError(f"{self.source} fails onnx.checker: {first}") from None
         g = self.model.graph
         self.inputs = [v.name for v in g.input if v.name not in {t.name for t in g.initializer}]
         self.outputs = [v.name for v in g.output]
