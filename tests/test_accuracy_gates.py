@@ -102,10 +102,15 @@ def test_shipped_targets_cover_every_model_and_precision_of_ipu():
     backend = get_backend("ipu")
     pairs = set(accuracy_targets.matrix("ipu", MODEL_NAMES))
     assert pairs == {(m, p) for m in MODEL_NAMES for p in backend.precisions}
+    # the one measured exception (docs/accuracy.md, "resnet50 at FP8"): top-1 at FP8 gates at 0.96, 0.99 reported
+    proxy = {("resnet50", p, m) for p in ("fp8", "fp8-weights") for m in ("top1_agreement", "top1_accuracy")}
     for gate in accuracy_targets.load_targets():
         if gate.hardware == "ipu" and gate.of is not None:  # MLPerf's tiers at every precision, FP8 included
             if gate.gating:
-                assert (gate.of, gate.ratio) == ("fp32", 0.99), gate
+                expected = 0.96 if (gate.model, gate.precision, gate.metric) in proxy else 0.99
+                assert (gate.of, gate.ratio) == ("fp32", expected), gate
+            elif (gate.model, gate.precision, gate.metric) in proxy and gate.of == "fp32":  # MLPerf's 99%, reported
+                assert gate.ratio == 0.99, gate
             else:  # the 99.9% tier, and Graphcore's FP8 bar relative to FP16, reported
                 assert (gate.of, gate.ratio) in {("fp32", 0.999), ("fp16", 0.998)}, gate
                 assert gate.ratio == 0.999 or gate.precision.startswith("fp8"), gate
