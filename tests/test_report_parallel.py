@@ -31,6 +31,7 @@ def run_suite(report_dir: Path, *extra: str, env: dict | None = None) -> subproc
                           cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow  # a minute on the 2-core CI host; tests/test_report_plugin.py's xdist cases run in CI
 def test_parallel_run_of_the_real_suite_records_what_a_serial_run_does(tmp_path):
     pytest.importorskip("xdist")
     serial = run_suite(tmp_path / "serial")

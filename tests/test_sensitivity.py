@@ -306,6 +306,7 @@ def test_a_fault_is_caught_only_by_gates_that_passed_without_it(widedeep_study):
                 assert passed[check] and not verdicts[check]["passed"] and not verdicts[check]["gating"]
 
 
+@pytest.mark.slow  # a minute on the 2-core CI host; the widedeep study above runs every fault in CI
 def test_bert_base_fp8_catches_values_6pct_high():
     result = sensitivity.run(["bert-base"], ["fp8"], ["fp8-values-6pct-high"], "smoke")
     (case,) = result["cases"]
