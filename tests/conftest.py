@@ -40,7 +40,13 @@ def array_library(request):
 def pytest_configure(config):
     """Every run of the suite inside the tests (pytester, the CLI as a subprocess) caches into a directory of this test
     run, removed at its end: never the user's cache, and the same start (empty) on every machine. Seeded weights are
-    cached there (built once per test run, the same bits as building them)."""
+    cached there (built once per test run, the same bits as building them).
+
+    A pytest-xdist worker is given the controller's terminal width as ``COLUMNS``; the tests' rendered reports assume
+    none (a pipe's width, as in a serial run), so a worker drops it: ``pytest tests/ -n 2`` checks what a serial run
+    checks (tests of ``COLUMNS`` itself set it)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop("COLUMNS", None)
     directory = tempfile.mkdtemp(prefix="ipu-conformance-tests-")
     os.environ[CACHE_VARIABLE] = directory
     os.environ.pop(WEIGHT_CACHE_VARIABLE, None)
