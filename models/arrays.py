@@ -14,6 +14,7 @@ the numpy path of the ops keeps its own kernels (:mod:`models.ops`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 
 import numpy as np
@@ -119,6 +120,11 @@ def _is_torch(xp) -> bool:
     return is_torch_namespace(xp)
 
 
+def _library(x):
+    """The module of the library that made array ``x`` (already imported: it made the array)."""
+    return sys.modules[type(x).__module__.partition(".")[0]]
+
+
 def flip(x, axis: int):
     """``x`` reversed along ``axis``: a negative-step slice where numpy computes (a view; the graph recorder records it
     as a Slice), the namespace's ``flip`` elsewhere (torch has no negative steps)."""
@@ -145,8 +151,7 @@ def conv2d(x, w, stride: tuple[int, int], padding: tuple[int, int], dilation: tu
     one batched matmul in the standard's functions (:func:`conv2d_im2col`)."""
     xp = namespace(x)
     if _is_torch(xp):
-        import torch
-
+        torch = _library(x)
         if x.is_cuda:
             with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled,
                                             benchmark=torch.backends.cudnn.benchmark,
@@ -180,9 +185,7 @@ def fmod(a, b):
     sign of ``b``): torch's own, elsewhere ``sign(a) * remainder(|a|, |b|)``."""
     xp = namespace(a, b)
     if _is_torch(xp):
-        import torch
-
-        return torch.fmod(a, b)
+        return _library(a if not _numpy_like(a) else b).fmod(a, b)
     return xp.where(a < 0, -1.0, 1.0) * xp.remainder(xp.abs(a), xp.abs(b))
 
 
