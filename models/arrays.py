@@ -15,6 +15,7 @@ the numpy path of the ops keeps its own kernels (:mod:`models.ops`).
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Iterator, Mapping
 
 import numpy as np
@@ -61,7 +62,15 @@ def asarray_like(value, like):
         return np.asarray(value)
     if not _numpy_like(value):
         return value if namespace(value) is xp else xp.asarray(value, device=device(like))
-    return xp.asarray(np.asarray(value), device=device(like))
+    return _moved(xp, np.asarray(value), device(like))
+
+
+def _moved(xp, value: np.ndarray, where):
+    """numpy ``value`` as an array of ``xp`` on device ``where``: on the host a view of the same memory, also of a
+    read-only array (weights and tables, which the ops never write through it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's warning that a read-only array becomes writable
+        return xp.asarray(value, device=where)
 
 
 def scalar_like(value: float, like):
@@ -86,7 +95,7 @@ class ParamsOn(Mapping):
         source = self._params[name]
         kept = self._moved.get(name)
         if kept is None or kept[0] is not source:
-            kept = (source, self._xp.asarray(source, device=self._device))
+            kept = (source, _moved(self._xp, np.asarray(source), self._device))
             self._moved[name] = kept
         return kept[1]
 

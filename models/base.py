@@ -2,7 +2,9 @@
 
 A model is built from a config dataclass and a dict of FP32 parameters named as in the transformers checkpoint of the same
 architecture. ``model(inputs, ops)`` validates the inputs against :attr:`Model.input_specs` and runs :meth:`Model.forward`
-through ``ops`` (the FP32 reference when none is given).
+through ``ops`` (the FP32 reference when none is given). Parameters are numpy arrays; the forward pass computes in the
+library of its inputs (numpy, or another array API library's tensors through the FP32 ops: :meth:`Model.params_like`
+moves the parameters there).
 """
 
 from __future__ import annotations

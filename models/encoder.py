@@ -5,7 +5,8 @@ post-LayerNorm encoder layer, the config fields with their validation and strict
 All three are post-LN transformer encoders (``x = LN(x + attn(x)); x = LN(x + ffn(x))``) that differ in parameter names,
 in the embeddings (ALBERT factorises them, RoFormer has no position table) and in the position encoding (RoFormer rotates
 queries and keys). Every precision-sensitive step calls ``ops`` with the dotted checkpoint prefix of its layer; exact
-rearrangements (head split/merge, rotary pair swap, mask construction) stay here in numpy.
+rearrangements (head split/merge, rotary pair swap, mask construction) stay here, in the array namespace of the inputs
+(:mod:`models.arrays`).
 """
 
 from __future__ import annotations

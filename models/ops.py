@@ -6,7 +6,9 @@ stay in the model. Every method takes a keyword-only ``name``: the dotted name o
 checkpoint's parameter prefix (``bert.encoder.layer.3.attention.self.query``). Backends use names for per-op policies
 (FP8 skip lists, per-tensor scales); a recorder sees every op's output under its name (per-layer error diagnosis).
 
-Conventions: activations are float32 numpy arrays (a low-precision backend holds values on its grid in float32);
+Conventions: activations are float32 arrays, numpy's (the reference, and what a hardware's ops take) or another array
+API library's (:class:`Ops` computes in the library of its operands; a low-precision backend holds values on its grid
+in float32);
 ``linear`` weights are ``(out_features, in_features)`` as in torch; convolutions are NCHW with weights
 ``(out_channels, in_channels / groups, kh, kw)``.
 """
@@ -372,7 +374,7 @@ class Ops:
         xp, (x,) = common(x)
         if xp is np:
             return self._emit(name, np.maximum(x, np.float32(0)))
-        return self._emit(name, xp.maximum(x, arrays.scalar_like(0.0, x)))
+        return self._emit(name, xp.where(x < 0, 0.0, x))  # numpy's maximum: NaN and -0.0 stay
 
     def gelu(self, x, *, approximate="none", name):
         """GELU: ``"none"`` is the erf form (BERT), ``"tanh"`` the tanh approximation (ALBERT's gelu_new)."""
@@ -536,9 +538,9 @@ class Ops:
             return self._emit(name, np.array(y, np.float32))
         y = _as_float32(xp, x)
         if low is not None:
-            y = xp.maximum(y, arrays.scalar_like(float(np.float32(low)), y))
+            y = xp.where(y < float(np.float32(low)), float(np.float32(low)), y)  # numpy's maximum: NaN stays
         if high is not None:
-            y = xp.minimum(y, arrays.scalar_like(float(np.float32(high)), y))
+            y = xp.where(y > float(np.float32(high)), float(np.float32(high)), y)
         return self._emit(name, y)
 
     def mod(self, a, b, *, name):
