@@ -86,20 +86,21 @@ class AlbertForQuestionAnswering(Model):
         """The final hidden states (B, S, H)."""
         c = self.config
         encoder.check_token_ids(self.name, inputs, c.vocab_size, c.type_vocab_size)
+        p = self.params_like(inputs["input_ids"])
         mask = encoder.extended_attention_mask(inputs["attention_mask"])  # (B, 1, 1, S)
-        x = encoder.embeddings(ops, self.params, "albert.embeddings", inputs["input_ids"], inputs["token_type_ids"],
+        x = encoder.embeddings(ops, p, "albert.embeddings", inputs["input_ids"], inputs["token_type_ids"],
                                eps=c.layer_norm_eps)  # (B, S, E)
-        x = encoder.linear(ops, self.params, "albert.encoder.embedding_hidden_mapping_in", x)  # (B, S, H)
+        x = encoder.linear(ops, p, "albert.encoder.embedding_hidden_mapping_in", x)  # (B, S, H)
         for i in range(c.num_hidden_layers):
             group = int(i / (c.num_hidden_layers / c.num_hidden_groups))  # transformers' AlbertTransformer rule
             for inner in range(c.inner_group_num):
-                x = encoder.encoder_layer(ops, self.params, layer_prefix(group, inner), ALBERT_LAYER, x, mask,
+                x = encoder.encoder_layer(ops, p, layer_prefix(group, inner), ALBERT_LAYER, x, mask,
                                           num_heads=c.num_attention_heads, hidden_act=c.hidden_act, eps=c.layer_norm_eps)
         return x
 
     def forward(self, inputs, ops):
         x = self.encode(inputs, ops)  # (B, S, H)
-        logits = encoder.linear(ops, self.params, "qa_outputs", x)  # (B, S, 2)
+        logits = encoder.linear(ops, self.params_like(x), "qa_outputs", x)  # (B, S, 2)
         return {"start_logits": contiguous(logits[..., 0]), "end_logits": contiguous(logits[..., 1])}
 
     def sample_inputs(self, batch_size: int, seed: int = 0):

@@ -2,7 +2,9 @@
 
 A model is built from a config dataclass and a dict of FP32 parameters named as in the transformers checkpoint of the same
 architecture. ``model(inputs, ops)`` validates the inputs against :attr:`Model.input_specs` and runs :meth:`Model.forward`
-through ``ops`` (the FP32 reference when none is given).
+through ``ops`` (the FP32 reference when none is given). Parameters are numpy arrays; the forward pass computes in the
+library of its inputs (numpy, or another array API library's tensors through the FP32 ops: :meth:`Model.params_like`
+moves the parameters there).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from boundedio import GIB, INT64, JSON_CONFIG_LIMIT, ascii_decimal, ascii_integer, load_json, parse_json, regular_file
+from models import arrays
 from models.ops import FP32, Ops
 
 
@@ -48,10 +51,26 @@ class InputSpec:
 
 
 _KIND_CHECK = {
-    "int": lambda dt: np.issubdtype(dt, np.integer),
-    "float": lambda dt: np.issubdtype(dt, np.floating),
-    "bool": lambda dt: dt == np.bool_ or np.issubdtype(dt, np.integer),
+    "int": lambda xp, dt: np.issubdtype(dt, np.integer),
+    "float": lambda xp, dt: np.issubdtype(dt, np.floating),
+    "bool": lambda xp, dt: dt == np.bool_ or np.issubdtype(dt, np.integer),
 }
+# The same for the dtypes of another array API library.
+_KIND_CHECK_STANDARD = {
+    "int": lambda xp, dt: xp.isdtype(dt, "integral"),
+    "float": lambda xp, dt: xp.isdtype(dt, "real floating"),
+    "bool": lambda xp, dt: xp.isdtype(dt, ("bool", "integral")),
+}
+
+
+def _array_namespace(x):
+    """The array API namespace of ``x`` when it is an array of a library array-api-compat knows (and it is
+    installed); None otherwise."""
+    try:
+        namespace = arrays.namespace(x)
+    except (ImportError, TypeError):
+        return None
+    return None if namespace is np else namespace
 
 
 class Model:
@@ -91,8 +110,23 @@ class Model:
 
     # -- shared ----------------------------------------------------------------------------------------------------
     def __call__(self, inputs: dict[str, np.ndarray], ops: Ops | None = None) -> dict[str, np.ndarray]:
+        """The outputs on ``inputs``: numpy arrays for numpy inputs; arrays of the inputs' library on their device for
+        those of another array API library (torch tensors), through the FP32 ops (a hardware's ops take numpy's)."""
         self.validate_inputs(inputs)
         return self.forward(inputs, FP32 if ops is None else ops)
+
+    def params_like(self, x) -> Mapping[str, np.ndarray]:
+        """The parameters as arrays of the library and device of ``x`` (an input or activation) for the forward pass
+        to compute with: :attr:`params` itself on numpy; for another array API library a mapping over them that moves
+        each to that device on first use and keeps it, one per library and device (:class:`models.arrays.ParamsOn`:
+        a parameter replaced in :attr:`params` is moved again, one changed in place is not)."""
+        key = arrays.library_key(x)
+        if key is None:
+            return self.params
+        moved = self.__dict__.setdefault("_params_on", {})
+        if key not in moved or moved[key][0] is not self.params:
+            moved[key] = (self.params, arrays.ParamsOn(self.params, x))
+        return moved[key][1]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"
@@ -118,13 +152,14 @@ class Model:
         batch = None
         for spec in specs:
             arr = inputs[spec.name]
-            if not isinstance(arr, np.ndarray):
+            xp = np if isinstance(arr, np.ndarray) else _array_namespace(arr)
+            if xp is None:
                 raise InputError(f"{self.name}: input {spec.name!r} must be a numpy array, got {type(arr).__name__}")
-            if not _KIND_CHECK[spec.kind](arr.dtype):
+            if not (_KIND_CHECK if xp is np else _KIND_CHECK_STANDARD)[spec.kind](xp, arr.dtype):
                 raise InputError(f"{self.name}: input {spec.name!r} has dtype {arr.dtype}, expected {spec.kind} ({spec.describe()})")
             if arr.ndim != len(spec.shape) + 1 or tuple(arr.shape[1:]) != tuple(spec.shape):
                 raise InputError(f"{self.name}: input {spec.name!r} has shape {tuple(arr.shape)}, expected {spec.describe()}")
-            if spec.kind == "float" and not np.all(np.isfinite(arr)):
+            if spec.kind == "float" and not bool(xp.all(xp.isfinite(arr))):
                 raise InputError(f"{self.name}: input {spec.name!r} contains NaN or Inf")
             if batch is None:
                 batch = arr.shape[0]
@@ -144,7 +179,7 @@ def run_batched(model: Model, inputs: dict[str, np.ndarray], batch_size: int, op
             parts.setdefault(key, []).append(value)
         if progress is not None:
             progress(min(start + batch_size, n), n)
-    return {k: np.concatenate(v) for k, v in parts.items()}
+    return {k: arrays.namespace(*v).concat(v) for k, v in parts.items()}
 
 
 # -- configs ----------------------------------------------------------------------------------------------------------

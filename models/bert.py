@@ -80,11 +80,12 @@ class BertModel(Model):
         c = self.config
         encoder.check_token_ids(self.name, inputs, c.vocab_size, c.type_vocab_size)
         base = PREFIXES[c.architecture]
+        p = self.params_like(inputs["input_ids"])
         mask = encoder.extended_attention_mask(inputs["attention_mask"])  # (B, 1, 1, S)
-        x = encoder.embeddings(ops, self.params, f"{base}embeddings", inputs["input_ids"], inputs["token_type_ids"],
+        x = encoder.embeddings(ops, p, f"{base}embeddings", inputs["input_ids"], inputs["token_type_ids"],
                                eps=c.layer_norm_eps)  # (B, S, H)
         for i in range(c.num_hidden_layers):
-            x = encoder.encoder_layer(ops, self.params, f"{base}encoder.layer.{i}", encoder.BERT_LAYER, x, mask,
+            x = encoder.encoder_layer(ops, p, f"{base}encoder.layer.{i}", encoder.BERT_LAYER, x, mask,
                                       num_heads=c.num_attention_heads, hidden_act=c.hidden_act, eps=c.layer_norm_eps)
         return x  # (B, S, H)
 
@@ -108,7 +109,7 @@ class BertForQuestionAnswering(BertModel):
 
     def forward(self, inputs, ops):
         x = self.encode(inputs, ops)  # (B, S, H)
-        logits = encoder.linear(ops, self.params, "qa_outputs", x)  # (B, S, 2)
+        logits = encoder.linear(ops, self.params_like(x), "qa_outputs", x)  # (B, S, 2)
         return {"start_logits": contiguous(logits[..., 0]), "end_logits": contiguous(logits[..., 1])}
 
 

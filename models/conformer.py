@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from models import speech
+from models import arrays, speech
 from models.base import (
     cached_params,
     InputSpec,
@@ -195,11 +195,12 @@ def _relative_shift(scores: np.ndarray) -> np.ndarray:
     """(B, H, T, 2T-1) scores against relative positions T-1 .. -(T-1) -> (B, H, T, T) with out[i, j] at position i - j
     (the Transformer-XL skew; the same values as transformers' pad-and-reshape): row i is the T entries from offset
     (T - 1) + i * (2T - 2) of the head's flattened scores, taken with a reshape and slices."""
+    xp = arrays.namespace(scores)
     b, h, t, r = scores.shape
     if t == 1:
         return scores  # the one relative position, 0
-    flat = scores.reshape(b, h, t * r)[:, :, t - 1: t - 1 + t * (r - 1)]  # (B, H, T (2T - 2))
-    return contiguous(flat.reshape(b, h, t, r - 1)[:, :, :, :t])
+    flat = xp.reshape(scores, (b, h, t * r))[:, :, t - 1: t - 1 + t * (r - 1)]  # (B, H, T (2T - 2))
+    return contiguous(xp.reshape(flat, (b, h, t, r - 1))[:, :, :, :t])
 
 
 class Conformer(Model):
@@ -223,13 +224,14 @@ class Conformer(Model):
     # -- forward ---------------------------------------------------------------------------------------------------
     def forward(self, inputs, ops: Ops):
         src = ops.input(inputs["src"], name="src")  # (B, C, F, T)
-        pad_mask = inputs["src_pad_mask"].astype(bool)  # (B, T/4), True = padded
+        xp = arrays.namespace(inputs["src_pad_mask"])
+        pad_mask = xp.astype(inputs["src_pad_mask"], xp.bool)  # (B, T/4), True = padded
         hidden = self.subsample(src, ops)  # (B, T/4, D)
         return {"memory": self.encode(hidden, pad_mask, ops)}
 
     def subsample(self, src: np.ndarray, ops: Ops) -> np.ndarray:
         """(B, C, F, T) -> (B, T/4, D): ESPnet Conv2dSubsampling over (mel, time)."""
-        p = self.params
+        p, xp = self.params_like(src), arrays.namespace(src)
         x = ops.conv2d(src, p["encoder.embed.conv.0.weight"], p["encoder.embed.conv.0.bias"], stride=2, padding=1,
                        name="encoder.embed.conv.0")  # (B, D, F/2, T/2)
         x = ops.relu(x, name="encoder.embed.conv.1")
@@ -237,18 +239,20 @@ class Conformer(Model):
                        name="encoder.embed.conv.2")  # (B, D, F/4, T/4)
         x = ops.relu(x, name="encoder.embed.conv.3")
         b, d, f, t = x.shape
-        x = x.transpose(0, 3, 1, 2).reshape(b, t, d * f)  # (B, T/4, D * F/4), channel-major as ESPnet's view(b, t, c * f)
+        x = xp.reshape(xp.permute_dims(x, (0, 3, 1, 2)), (b, t, d * f))  # (B, T/4, D * F/4), channel-major as ESPnet's view(b, t, c * f)
         return ops.linear(x, p["encoder.embed.out.0.weight"], p["encoder.embed.out.0.bias"], name="encoder.embed.out.0")
 
     def encode(self, hidden: np.ndarray, pad_mask: np.ndarray | None, ops: Ops) -> np.ndarray:
         """transformers' ``Wav2Vec2ConformerEncoder.forward`` on (B, T, D) with ``attention_mask = ~pad_mask``."""
-        c, p = self.config, self.params
+        c, p, xp = self.config, self.params_like(hidden), arrays.namespace(hidden)
         attention_bias = None
         if pad_mask is not None:
-            hidden = np.where(pad_mask[:, :, None], np.float32(0), hidden)  # padded frames output 0 before the blocks
+            zero = arrays.scalar_like(0.0, hidden)
+            hidden = xp.where(pad_mask[:, :, None], zero, hidden)  # padded frames output 0 before the blocks
             # (B, 1, 1, T): transformers' additive mask, finfo.min on padded keys
-            attention_bias = np.where(pad_mask, np.finfo(np.float32).min, np.float32(0)).astype(np.float32)[:, None, None, :]
-        positions = self.position_table(hidden.shape[1])
+            lowest = arrays.scalar_like(float(np.finfo(np.float32).min), hidden)
+            attention_bias = xp.where(pad_mask, lowest, zero)[:, None, None, :]
+        positions = arrays.asarray_like(self.position_table(hidden.shape[1]), hidden)
         for i in range(c.num_hidden_layers):
             hidden = self.block(i, hidden, attention_bias, positions, ops)
         return ops.layer_norm(hidden, p["encoder.layer_norm.weight"], p["encoder.layer_norm.bias"], eps=c.layer_norm_eps,
@@ -271,13 +275,15 @@ class Conformer(Model):
 
     # -- block parts -----------------------------------------------------------------------------------------------
     def _layer_norm(self, name, x, ops):
-        return ops.layer_norm(x, self.params[f"{name}.weight"], self.params[f"{name}.bias"], eps=_BLOCK_LN_EPS, name=name)
+        p = self.params_like(x)
+        return ops.layer_norm(x, p[f"{name}.weight"], p[f"{name}.bias"], eps=_BLOCK_LN_EPS, name=name)
 
     def _linear(self, name, x, ops, bias=True):
-        weight = self.params[f"{name}.weight"]
+        p = self.params_like(x)
+        weight = p[f"{name}.weight"]
         if weight.ndim == 3:  # a pointwise Conv1d weight (out, in, 1) is a linear layer over channels
             weight = weight[:, :, 0]
-        return ops.linear(x, weight, self.params[f"{name}.bias"] if bias else None, name=name)
+        return ops.linear(x, weight, p[f"{name}.bias"] if bias else None, name=name)
 
     def _activation(self, name, x, ops):
         if self.config.hidden_act == "gelu":
@@ -295,52 +301,53 @@ class Conformer(Model):
 
     def _self_attention(self, name, x, attention_bias, positions, ops):
         """Relative-position multi-head attention (transformers' eager path) on (B, T, D)."""
+        p, xp = self.params_like(x), arrays.namespace(x)
         b, t, d = x.shape
         heads = self.config.num_attention_heads
         dh = d // heads
         scaling = np.float32(dh ** -0.5)
 
         def split_heads(y):  # (B, T, D) -> (B, H, T, dh), contiguous so that matmul runs as BLAS sgemm
-            return contiguous(y.reshape(b, t, heads, dh).transpose(0, 2, 1, 3))
+            return contiguous(xp.permute_dims(xp.reshape(y, (b, t, heads, dh)), (0, 2, 1, 3)))
 
         q = split_heads(self._linear(f"{name}.linear_q", x, ops))
         k = split_heads(self._linear(f"{name}.linear_k", x, ops))
         v = split_heads(self._linear(f"{name}.linear_v", x, ops))
         pos = self._linear(f"{name}.linear_pos", positions, ops, bias=False)  # (2T-1, D)
-        pos = contiguous(pos.reshape(2 * t - 1, heads, dh).transpose(1, 2, 0))  # (H, dh, 2T-1)
+        pos = contiguous(xp.permute_dims(xp.reshape(pos, (2 * t - 1, heads, dh)), (1, 2, 0)))  # (H, dh, 2T-1)
 
-        q_v = ops.add(q, self.params[f"{name}.pos_bias_v"][None, :, None, :], name=f"{name}.pos_bias_v")
+        q_v = ops.add(q, p[f"{name}.pos_bias_v"][None, :, None, :], name=f"{name}.pos_bias_v")
         position_scores = ops.matmul(q_v, pos[None], name=f"{name}.position_scores")  # (B, H, T, 2T-1)
         position_scores = _relative_shift(position_scores)  # (B, H, T, T), entry (i, j) for relative position i - j
         position_scores = ops.mul(position_scores, scaling, name=f"{name}.position_scores_scaled")
 
-        q_u = ops.add(q, self.params[f"{name}.pos_bias_u"][None, :, None, :], name=f"{name}.pos_bias_u")
-        scores = ops.matmul(q_u, contiguous(k.transpose(0, 1, 3, 2)), name=f"{name}.scores")  # (B, H, T, T)
+        q_u = ops.add(q, p[f"{name}.pos_bias_u"][None, :, None, :], name=f"{name}.pos_bias_u")
+        scores = ops.matmul(q_u, contiguous(xp.permute_dims(k, (0, 1, 3, 2))), name=f"{name}.scores")  # (B, H, T, T)
         scores = ops.mul(scores, scaling, name=f"{name}.scores_scaled")
         scores = ops.add(scores, position_scores, name=f"{name}.position_bias")
         if attention_bias is not None:
             scores = ops.add(scores, attention_bias, name=f"{name}.attention_mask")
         weights = ops.softmax(scores, axis=-1, name=f"{name}.softmax")
         context = ops.matmul(weights, v, name=f"{name}.context")  # (B, H, T, dh)
-        context = context.transpose(0, 2, 1, 3).reshape(b, t, d)
+        context = xp.reshape(xp.permute_dims(context, (0, 2, 1, 3)), (b, t, d))
         return self._linear(f"{name}.linear_out", context, ops)  # (B, T, D)
 
     def _convolution_module(self, name, x, ops):
         """LayerNorm, pointwise conv + GLU, depthwise conv, BatchNorm, activation, pointwise conv on (B, T, D)."""
-        p = self.params
+        p, xp = self.params_like(x), arrays.namespace(x)
         b, t, d = x.shape
         k = self.config.conv_depthwise_kernel_size
         h = self._layer_norm(f"{name}.layer_norm", x, ops)
         h = self._linear(f"{name}.pointwise_conv1", h, ops, bias=False)  # (B, T, 2D)
         h = ops.glu(h, axis=-1, name=f"{name}.glu")  # (B, T, D)
-        h = h.transpose(0, 2, 1)[:, :, None, :]  # (B, D, 1, T)
-        h = ops.conv2d(h, p[f"{name}.depthwise_conv.weight"].reshape(d, 1, 1, k), padding=(0, (k - 1) // 2), groups=d,
+        h = xp.permute_dims(h, (0, 2, 1))[:, :, None, :]  # (B, D, 1, T)
+        h = ops.conv2d(h, xp.reshape(p[f"{name}.depthwise_conv.weight"], (d, 1, 1, k)), padding=(0, (k - 1) // 2), groups=d,
                        name=f"{name}.depthwise_conv")  # (B, D, 1, T)
         h = ops.batch_norm(h, p[f"{name}.batch_norm.running_mean"], p[f"{name}.batch_norm.running_var"],
                            p[f"{name}.batch_norm.weight"], p[f"{name}.batch_norm.bias"], eps=_BN_EPS, axis=1,
                            name=f"{name}.batch_norm")
         h = self._activation(f"{name}.activation", h, ops)
-        h = contiguous(h[:, :, 0, :].transpose(0, 2, 1))  # (B, T, D)
+        h = contiguous(xp.permute_dims(h[:, :, 0, :], (0, 2, 1)))  # (B, T, D)
         return self._linear(f"{name}.pointwise_conv2", h, ops, bias=False)
 
     # -- sample data -----------------------------------------------------------------------------------------------

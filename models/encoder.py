@@ -5,17 +5,20 @@ post-LayerNorm encoder layer, the config fields with their validation and strict
 All three are post-LN transformer encoders (``x = LN(x + attn(x)); x = LN(x + ffn(x))``) that differ in parameter names,
 in the embeddings (ALBERT factorises them, RoFormer has no position table) and in the position encoding (RoFormer rotates
 queries and keys). Every precision-sensitive step calls ``ops`` with the dotted checkpoint prefix of its layer; exact
-rearrangements (head split/merge, rotary pair swap, mask construction) stay here in numpy.
+rearrangements (head split/merge, rotary pair swap, mask construction) stay here, in the array namespace of the inputs
+(:mod:`models.arrays`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar, get_type_hints
 
 import numpy as np
 
+from models import arrays
 from models.base import CheckpointError, InputError, InputSpec, ParamInit, apply_overrides, check_fields
 from models.ops import FP32, contiguous
 
@@ -32,7 +35,9 @@ def activation(ops, x, hidden_act: str, *, name: str):
 
 def extended_attention_mask(attention_mask: np.ndarray) -> np.ndarray:
     """(B, S) 1 = attend / 0 = padding -> (B, 1, 1, S) float32 to add to the scores: 0 or MASK_VALUE (exact, no ops)."""
-    return np.where(attention_mask[:, None, None, :] != 0, np.float32(0), MASK_VALUE).astype(np.float32)
+    xp = arrays.namespace(attention_mask)
+    return xp.where(attention_mask[:, None, None, :] != 0, arrays.scalar_like(0.0, attention_mask),
+                    arrays.scalar_like(float(MASK_VALUE), attention_mask))
 
 
 def embeddings(ops, params, prefix: str, input_ids, token_type_ids, *, eps: float, positions: bool = True):
@@ -43,7 +48,8 @@ def embeddings(ops, params, prefix: str, input_ids, token_type_ids, *, eps: floa
     x = ops.add(x, types, name=f"{prefix}.add_token_type")  # (B, S, E)
     if positions:
         table = params[f"{prefix}.position_embeddings.weight"]
-        pos = ops.embedding(table, np.arange(seq_len), name=f"{prefix}.position_embeddings")  # (S, E)
+        positions_ids = arrays.asarray_like(np.arange(seq_len), input_ids)
+        pos = ops.embedding(table, positions_ids, name=f"{prefix}.position_embeddings")  # (S, E)
         x = ops.add(x, pos, name=f"{prefix}.add_position")  # (B, S, E)
     return layer_norm(ops, params, f"{prefix}.LayerNorm", x, eps)
 
@@ -97,12 +103,13 @@ def self_attention(ops, params, prefix: str, names: LayerNames, x, mask, num_hea
 
     The 1/sqrt(d) scale is applied to the queries (an exact power of two for d = 64, so identical to scaling the scores);
     ``rotate(ops, t, name)`` applies a position rotation to queries and keys (RoFormer)."""
+    xp = arrays.namespace(x)
     batch, seq_len, hidden = x.shape
     head_dim = hidden // num_heads
     attn = prefix + "." + names.query.rsplit(".", 1)[0]  # e.g. bert.encoder.layer.3.attention.self
 
     def heads(t):  # (B, S, H) -> (B, nh, S, d), a strided view
-        return t.reshape(batch, seq_len, num_heads, head_dim).transpose(0, 2, 1, 3)
+        return xp.permute_dims(xp.reshape(t, (batch, seq_len, num_heads, head_dim)), (0, 2, 1, 3))
 
     q = heads(linear(ops, params, f"{prefix}.{names.query}", x))  # (B, nh, S, d)
     k = heads(linear(ops, params, f"{prefix}.{names.key}", x))  # (B, nh, S, d)
@@ -111,12 +118,12 @@ def self_attention(ops, params, prefix: str, names: LayerNames, x, mask, num_hea
         q = rotate(ops, q, f"{prefix}.{names.query}.rotary")  # (B, nh, S, d)
         k = rotate(ops, k, f"{prefix}.{names.key}.rotary")  # (B, nh, S, d)
     q = ops.mul(q, np.float32(1.0 / np.sqrt(head_dim)), name=f"{attn}.scale")  # (B, nh, S, d)
-    k_t = contiguous(k).transpose(0, 1, 3, 2)  # (B, nh, d, S); numpy's matmul is ~10x slower on the strided view
+    k_t = xp.permute_dims(contiguous(k), (0, 1, 3, 2))  # (B, nh, d, S); numpy's matmul is ~10x slower on the strided view
     scores = ops.matmul(q, k_t, name=f"{attn}.scores")  # (B, nh, S, S)
     scores = ops.add(scores, mask, name=f"{attn}.mask")  # (B, nh, S, S) + (B, 1, 1, S)
     probs = ops.softmax(scores, axis=-1, name=f"{attn}.probs")  # (B, nh, S, S)
     context = ops.matmul(probs, v, name=f"{attn}.context")  # (B, nh, S, d)
-    return context.transpose(0, 2, 1, 3).reshape(batch, seq_len, hidden)  # (B, S, H)
+    return xp.reshape(xp.permute_dims(context, (0, 2, 1, 3)), (batch, seq_len, hidden))  # (B, S, H)
 
 
 def encoder_layer(ops, params, prefix: str, names: LayerNames, x, mask, *, num_heads: int, hidden_act: str,
@@ -385,5 +392,10 @@ def check_token_ids(model_name: str, inputs: dict[str, np.ndarray], vocab_size: 
     """Token and segment ids must index their embedding tables; an InputError names the input and the valid range."""
     for key, size in (("input_ids", vocab_size), ("token_type_ids", type_vocab_size)):
         ids = inputs[key]
-        if ids.size and (ids.min() < 0 or ids.max() >= size):
-            raise InputError(f"{model_name}: input {key!r} has ids in [{ids.min()}, {ids.max()}], expected [0, {size - 1}]")
+        xp = arrays.namespace(ids)
+        if xp is not np:  # another library's array: its extrema as Python ints
+            low, high = (int(xp.min(ids)), int(xp.max(ids))) if math.prod(ids.shape) else (0, 0)
+        else:
+            low, high = (ids.min(), ids.max()) if ids.size else (0, 0)
+        if low < 0 or high >= size:
+            raise InputError(f"{model_name}: input {key!r} has ids in [{low}, {high}], expected [0, {size - 1}]")

@@ -6,7 +6,9 @@ stay in the model. Every method takes a keyword-only ``name``: the dotted name o
 checkpoint's parameter prefix (``bert.encoder.layer.3.attention.self.query``). Backends use names for per-op policies
 (FP8 skip lists, per-tensor scales); a recorder sees every op's output under its name (per-layer error diagnosis).
 
-Conventions: activations are float32 numpy arrays (a low-precision backend holds values on its grid in float32);
+Conventions: activations are float32 arrays, numpy's (the reference, and what a hardware's ops take) or another array
+API library's (:class:`Ops` computes in the library of its operands; a low-precision backend holds values on its grid
+in float32);
 ``linear`` weights are ``(out_features, in_features)`` as in torch; convolutions are NCHW with weights
 ``(out_channels, in_channels / groups, kh, kw)``.
 """
@@ -17,6 +19,9 @@ from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+
+from models import arrays
+from models.arrays import common
 
 Recorder = Callable[[str, np.ndarray], None]
 
@@ -266,7 +271,14 @@ def _positions(size: int, count: int) -> np.ndarray:
 
 
 class Ops:
-    """FP32 reference ops. Subclasses change the precision; models only call these methods."""
+    """FP32 reference ops. Subclasses change the precision; models only call these methods.
+
+    Each method computes in the library of its operands (:func:`models.arrays.namespace`): numpy arrays with the
+    numpy kernels of this module, the reference (what a hardware is judged against); arrays of another array API
+    library (torch tensors, on the CPU or a GPU) with the standard's functions and :mod:`models.arrays`, the result an
+    array of that library on the operands' device (numpy operands, such as weights, are moved there; a model moves its
+    parameters once, see :meth:`models.base.Model.params_like`). FP32 throughout; on another library the sums run in
+    its order, so results agree with numpy's within FP32 rounding, not bit for bit."""
 
     precision = "fp32"
 
@@ -282,193 +294,396 @@ class Ops:
     # -- data entering the device ------------------------------------------------------------------------------
     def input(self, x, *, name):
         """A float input as the device holds it (e.g. pixel values, numeric features)."""
-        return self._emit(name, np.asarray(x, np.float32))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, np.asarray(x, np.float32))
+        return self._emit(name, xp.astype(x, xp.float32, copy=False))
 
     def embedding(self, table, ids, *, name):
         """Rows of ``table`` (vocab, dim) at integer ``ids``: a Gather."""
-        return self._emit(name, np.take(table, ids, axis=0))
+        xp, (table, ids) = common(table, ids)
+        if xp is np:
+            return self._emit(name, np.take(table, ids, axis=0))
+        rows = xp.take(table, xp.reshape(ids, (-1,)), axis=0)  # the standard's take: 1-d indices
+        return self._emit(name, xp.reshape(rows, (*ids.shape, *table.shape[1:])))
 
     # -- matrix units ----------------------------------------------------------------------------------------------
     def linear(self, x, weight, bias=None, *, name):
         """``x @ weight.T + bias`` over the last axis; weight is (out, in). A MatMul/Gemm with a weight operand."""
+        xp, (x, weight, bias) = common(x, weight, bias)
         lead = x.shape[:-1]
-        y = x.reshape(-1, x.shape[-1]) @ weight.T
+        y = xp.reshape(x, (-1, x.shape[-1])) @ xp.permute_dims(weight, (1, 0))
         if bias is not None:
             y += bias
-        return self._emit(name, y.reshape(*lead, weight.shape[0]))
+        return self._emit(name, xp.reshape(y, (*lead, weight.shape[0])))
 
     def matmul(self, a, b, *, name):
         """Batched ``a @ b`` of two activations (attention scores, attention-weighted values)."""
-        return self._emit(name, np.matmul(a, b))
+        xp, (a, b) = common(a, b)
+        return self._emit(name, xp.matmul(a, b))
 
     def conv2d(self, x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, name):
         """NCHW convolution; weight (O, C/groups, kh, kw)."""
-        y = conv2d_fp32(x, weight, stride, padding, dilation, groups)
+        xp, (x, weight, bias) = common(x, weight, bias)
+        if xp is np:
+            y = conv2d_fp32(x, weight, stride, padding, dilation, groups)
+        else:
+            y = arrays.conv2d(x, weight, as_pair(stride), as_pair(padding), as_pair(dilation), groups)
         if bias is not None:
-            y += bias.reshape(1, -1, 1, 1)
+            y += xp.reshape(bias, (1, -1, 1, 1))
         return self._emit(name, y)
 
     # -- elementwise -------------------------------------------------------------------------------------------
     def add(self, a, b, *, name):
-        return self._emit(name, np.add(a, b, dtype=np.float32))
+        xp, (a, b) = common(a, b)
+        if xp is np:
+            return self._emit(name, np.add(a, b, dtype=np.float32))
+        return self._emit(name, _float32(xp, xp.add(a, b)))
 
     def sub(self, a, b, *, name):
-        return self._emit(name, np.subtract(a, b, dtype=np.float32))
+        xp, (a, b) = common(a, b)
+        if xp is np:
+            return self._emit(name, np.subtract(a, b, dtype=np.float32))
+        return self._emit(name, _float32(xp, xp.subtract(a, b)))
 
     def mul(self, a, b, *, name):
-        return self._emit(name, np.multiply(a, b, dtype=np.float32))
+        xp, (a, b) = common(a, b)
+        if xp is np:
+            return self._emit(name, np.multiply(a, b, dtype=np.float32))
+        return self._emit(name, _float32(xp, xp.multiply(a, b)))
 
     def div(self, a, b, *, name):
         """``a / b`` elementwise (a normalisation by a computed statistic; a division by a constant is a ``mul``)."""
-        return self._emit(name, np.divide(a, b, dtype=np.float32))
+        xp, (a, b) = common(a, b)
+        if xp is np:
+            return self._emit(name, np.divide(a, b, dtype=np.float32))
+        return self._emit(name, _float32(xp, xp.divide(a, b)))
 
     def sqrt(self, x, *, name):
-        return self._emit(name, np.sqrt(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        return self._emit(name, xp.sqrt(_as_float32(xp, x)))
 
     def pow(self, x, exponent: float, *, name):
         """``x ** exponent`` for a constant scalar ``exponent`` (a variance's square, an RMS norm)."""
-        return self._emit(name, np.power(np.asarray(x, np.float32), np.float32(exponent)))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, np.power(np.asarray(x, np.float32), np.float32(exponent)))
+        return self._emit(name, xp.pow(_as_float32(xp, x), float(exponent)))
 
     def relu(self, x, *, name):
-        return self._emit(name, np.maximum(x, np.float32(0)))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, np.maximum(x, np.float32(0)))
+        return self._emit(name, xp.where(x < 0, 0.0, x))  # numpy's maximum: NaN and -0.0 stay
 
     def gelu(self, x, *, approximate="none", name):
         """GELU: ``"none"`` is the erf form (BERT), ``"tanh"`` the tanh approximation (ALBERT's gelu_new)."""
-        return self._emit(name, gelu_fp32(x, approximate))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, gelu_fp32(x, approximate))
+        return self._emit(name, _gelu(xp, x, approximate))
 
     def sigmoid(self, x, *, name):
-        return self._emit(name, sigmoid_fp32(x))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, sigmoid_fp32(x))
+        return self._emit(name, _sigmoid(xp, x))
 
     def silu(self, x, *, name):
-        return self._emit(name, np.multiply(x, sigmoid_fp32(x), dtype=np.float32))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, np.multiply(x, sigmoid_fp32(x), dtype=np.float32))
+        return self._emit(name, x * _sigmoid(xp, x))
 
     def tanh(self, x, *, name):
-        return self._emit(name, np.tanh(x))
+        xp, (x,) = common(x)
+        return self._emit(name, xp.tanh(x))
 
     def glu(self, x, *, axis, name):
         """Gated linear unit: first half times sigmoid of the second half along ``axis``."""
-        a, b = np.split(x, 2, axis=axis)
-        return self._emit(name, np.multiply(a, sigmoid_fp32(b), dtype=np.float32))
+        xp, (x,) = common(x)
+        if xp is np:
+            a, b = np.split(x, 2, axis=axis)
+            return self._emit(name, np.multiply(a, sigmoid_fp32(b), dtype=np.float32))
+        half = x.shape[axis] // 2
+        a, b = (_take_range(x, axis, start, start + half) for start in (0, half))
+        return self._emit(name, a * _sigmoid(xp, b))
 
     # -- normalisation and reductions --------------------------------------------------------------------------
     def layer_norm(self, x, gamma, beta, *, eps, name):
         """LayerNorm over the last axis, statistics in FP32."""
-        mean = x.mean(axis=-1, keepdims=True)
-        centred = x - mean
-        var = np.mean(centred * centred, axis=-1, keepdims=True)
-        y = centred / np.sqrt(var + np.float32(eps)) * gamma + beta
-        return self._emit(name, y.astype(np.float32, copy=False))
+        xp, (x, gamma, beta) = common(x, gamma, beta)
+        if xp is np:
+            mean = x.mean(axis=-1, keepdims=True)
+            centred = x - mean
+            var = np.mean(centred * centred, axis=-1, keepdims=True)
+            y = centred / np.sqrt(var + np.float32(eps)) * gamma + beta
+            return self._emit(name, y.astype(np.float32, copy=False))
+        centred = x - xp.mean(x, axis=-1, keepdims=True)
+        var = xp.mean(centred * centred, axis=-1, keepdims=True)
+        return self._emit(name, centred / xp.sqrt(var + float(np.float32(eps))) * gamma + beta)
 
     def batch_norm(self, x, mean, var, gamma, beta, *, eps, axis=1, name):
         """Inference BatchNorm with running statistics along channel ``axis``."""
+        xp, (x, mean, var, gamma, beta) = common(x, mean, var, gamma, beta)
         shape = [1] * x.ndim
         shape[axis] = -1
-        inv = (gamma / np.sqrt(var + np.float32(eps))).astype(np.float32)
-        shift = (beta - mean * inv).astype(np.float32)
-        y = np.multiply(x, inv.reshape(shape), dtype=np.float32)
-        y += shift.reshape(shape)  # in place: the same sum without a second temporary
-        return self._emit(name, y)
+        if xp is np:
+            inv = (gamma / np.sqrt(var + np.float32(eps))).astype(np.float32)
+            shift = (beta - mean * inv).astype(np.float32)
+            y = np.multiply(x, inv.reshape(shape), dtype=np.float32)
+            y += shift.reshape(shape)  # in place: the same sum without a second temporary
+            return self._emit(name, y)
+        inv = gamma / xp.sqrt(var + float(np.float32(eps)))
+        shift = beta - mean * inv
+        return self._emit(name, x * xp.reshape(inv, tuple(shape)) + xp.reshape(shift, tuple(shape)))
 
     def softmax(self, x, *, axis=-1, name):
         """Numerically stable softmax, statistics in FP32."""
-        e = np.subtract(x, x.max(axis=axis, keepdims=True), dtype=np.float32)
-        np.exp(e, out=e)
-        e /= e.sum(axis=axis, keepdims=True)
-        return self._emit(name, e)
+        xp, (x,) = common(x)
+        if xp is np:
+            e = np.subtract(x, x.max(axis=axis, keepdims=True), dtype=np.float32)
+            np.exp(e, out=e)
+            e /= e.sum(axis=axis, keepdims=True)
+            return self._emit(name, e)
+        e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+        return self._emit(name, e / xp.sum(e, axis=axis, keepdims=True))
 
     def mean(self, x, *, axis, keepdims=False, name):
-        return self._emit(name, x.mean(axis=axis, keepdims=keepdims, dtype=np.float32))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, x.mean(axis=axis, keepdims=keepdims, dtype=np.float32))
+        return self._emit(name, xp.mean(x, axis=axis, keepdims=keepdims))
 
     def max_pool2d(self, x, *, kernel, stride, padding=0, name):
         """NCHW max pooling; padding is -inf as in torch."""
+        xp, (x,) = common(x)
         kh, kw = as_pair(kernel)
         sh, sw = as_pair(stride)
         ph, pw = as_pair(padding)
+        if xp is np:
+            if ph or pw:
+                x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
+            return self._emit(name, window_max(x, (kh, kw), (sh, sw)))
         if ph or pw:
-            x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
-        return self._emit(name, window_max(x, (kh, kw), (sh, sw)))
+            x = arrays.pad2d(x, ph, pw, -float("inf"))
+        y = None
+        for tap in _window_taps(x, (kh, kw), (sh, sw)):
+            y = tap if y is None else xp.maximum(y, tap)
+        return self._emit(name, y)
 
     # -- further elementwise ops, norms and pooling (of imported graphs) -----------------------------------------
     def maximum(self, a, b, *, name):
-        return self._emit(name, np.maximum(a, b, dtype=np.float32))
+        xp, (a, b) = common(a, b)
+        if xp is np:
+            return self._emit(name, np.maximum(a, b, dtype=np.float32))
+        return self._emit(name, xp.maximum(*_arrays_like(xp, a, b)))
 
     def minimum(self, a, b, *, name):
-        return self._emit(name, np.minimum(a, b, dtype=np.float32))
+        xp, (a, b) = common(a, b)
+        if xp is np:
+            return self._emit(name, np.minimum(a, b, dtype=np.float32))
+        return self._emit(name, xp.minimum(*_arrays_like(xp, a, b)))
 
     def abs(self, x, *, name):
-        return self._emit(name, np.abs(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        return self._emit(name, xp.abs(_as_float32(xp, x)))
 
     def neg(self, x, *, name):
-        return self._emit(name, np.negative(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        return self._emit(name, xp.negative(_as_float32(xp, x)))
 
     def sign(self, x, *, name):
-        return self._emit(name, np.sign(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        return self._emit(name, xp.sign(_as_float32(xp, x)))
 
     def ceil(self, x, *, name):
-        return self._emit(name, np.ceil(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        return self._emit(name, xp.ceil(_as_float32(xp, x)))
 
     def floor(self, x, *, name):
-        return self._emit(name, np.floor(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        return self._emit(name, xp.floor(_as_float32(xp, x)))
 
     def exp(self, x, *, name):
-        with np.errstate(over="ignore"):
-            return self._emit(name, np.exp(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        if xp is np:
+            with np.errstate(over="ignore"):
+                return self._emit(name, np.exp(np.asarray(x, np.float32)))
+        return self._emit(name, xp.exp(_as_float32(xp, x)))
 
     def log(self, x, *, name):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return self._emit(name, np.log(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        if xp is np:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return self._emit(name, np.log(np.asarray(x, np.float32)))
+        return self._emit(name, xp.log(_as_float32(xp, x)))
 
     def reciprocal(self, x, *, name):
-        with np.errstate(divide="ignore"):
-            return self._emit(name, np.reciprocal(np.asarray(x, np.float32)))
+        xp, (x,) = common(x)
+        if xp is np:
+            with np.errstate(divide="ignore"):
+                return self._emit(name, np.reciprocal(np.asarray(x, np.float32)))
+        return self._emit(name, 1.0 / _as_float32(xp, x))
 
     def clip(self, x, low=None, high=None, *, name):
         """``x`` limited to [``low``, ``high``] (scalars; None: no bound)."""
-        y = np.asarray(x, np.float32)
+        xp, (x,) = common(x)
+        if xp is np:
+            y = np.asarray(x, np.float32)
+            if low is not None:
+                y = np.maximum(y, np.float32(low))
+            if high is not None:
+                y = np.minimum(y, np.float32(high))
+            return self._emit(name, np.array(y, np.float32))
+        y = _as_float32(xp, x)
         if low is not None:
-            y = np.maximum(y, np.float32(low))
+            y = xp.where(y < float(np.float32(low)), float(np.float32(low)), y)  # numpy's maximum: NaN stays
         if high is not None:
-            y = np.minimum(y, np.float32(high))
-        return self._emit(name, np.array(y, np.float32))
+            y = xp.where(y > float(np.float32(high)), float(np.float32(high)), y)
+        return self._emit(name, y)
 
     def mod(self, a, b, *, name):
         """C's ``fmod``: the remainder with the sign of ``a`` (ONNX's Mod of floats, ``fmod=1``)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self._emit(name, np.fmod(a, b, dtype=np.float32))
+        xp, (a, b) = common(a, b)
+        if xp is np:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return self._emit(name, np.fmod(a, b, dtype=np.float32))
+        return self._emit(name, arrays.fmod(*_arrays_like(xp, a, b)))
 
     def hard_sigmoid(self, x, *, alpha, beta, name):
         """``max(0, min(1, alpha x + beta))``."""
-        y = np.asarray(x, np.float32) * np.float32(alpha) + np.float32(beta)
-        return self._emit(name, np.clip(y, np.float32(0), np.float32(1)))
+        xp, (x,) = common(x)
+        if xp is np:
+            y = np.asarray(x, np.float32) * np.float32(alpha) + np.float32(beta)
+            return self._emit(name, np.clip(y, np.float32(0), np.float32(1)))
+        y = _as_float32(xp, x) * float(np.float32(alpha)) + float(np.float32(beta))
+        return self._emit(name, xp.clip(y, 0.0, 1.0))
 
     def hard_swish(self, x, *, name):
         """``x * max(0, min(1, x / 6 + 1 / 2))``."""
-        x = np.asarray(x, np.float32)
-        return self._emit(name, x * np.clip(x * np.float32(1 / 6) + np.float32(0.5), np.float32(0), np.float32(1)))
+        xp, (x,) = common(x)
+        if xp is np:
+            x = np.asarray(x, np.float32)
+            return self._emit(name, x * np.clip(x * np.float32(1 / 6) + np.float32(0.5), np.float32(0), np.float32(1)))
+        x = _as_float32(xp, x)
+        return self._emit(name, x * xp.clip(x * float(np.float32(1 / 6)) + 0.5, 0.0, 1.0))
 
     def sum(self, x, *, axis, keepdims=False, name):
         """The sum over ``axis`` (a ReduceSum), accumulated in FP32."""
-        return self._emit(name, np.asarray(np.sum(x, axis=axis, keepdims=keepdims, dtype=np.float32)))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, np.asarray(np.sum(x, axis=axis, keepdims=keepdims, dtype=np.float32)))
+        return self._emit(name, xp.sum(_as_float32(xp, x), axis=axis, keepdims=keepdims))
 
     def cumsum(self, x, *, axis, exclusive=False, reverse=False, name):
         """Running sum along ``axis`` (``exclusive``: without the element itself; ``reverse``: from the end)."""
-        return self._emit(name, cumsum_fp32(x, axis, exclusive, reverse))
+        xp, (x,) = common(x)
+        if xp is np:
+            return self._emit(name, cumsum_fp32(x, axis, exclusive, reverse))
+        x = _as_float32(xp, x)
+        if reverse:
+            x = xp.flip(x, axis=axis)
+        y = xp.cumulative_sum(x, axis=axis)
+        if exclusive:
+            zero = xp.zeros_like(_take_range(y, axis, 0, 1))
+            y = xp.concat([zero, _take_range(y, axis, 0, y.shape[axis] - 1)], axis=axis)
+        return self._emit(name, xp.flip(y, axis=axis) if reverse else y)
 
     def instance_norm(self, x, gamma, beta, *, eps, name):
         """InstanceNorm: each (sample, channel) normalised over its spatial axes (NC...), statistics in FP32, then
         scaled and shifted per channel."""
-        y = instance_norm_fp32(x, gamma, beta, eps)
-        return self._emit(name, y)
+        xp, (x, gamma, beta) = common(x, gamma, beta)
+        if xp is np:
+            return self._emit(name, instance_norm_fp32(x, gamma, beta, eps))
+        x = _as_float32(xp, x)
+        axes = tuple(range(2, x.ndim))
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        centred = x - xp.mean(x, axis=axes, keepdims=True)
+        var = xp.mean(centred * centred, axis=axes, keepdims=True)
+        y = centred / xp.sqrt(var + float(np.float32(eps))) * xp.reshape(_as_float32(xp, gamma), shape)
+        return self._emit(name, y + xp.reshape(_as_float32(xp, beta), shape))
 
     def interpolate(self, x, rows, cols, *, name):
         """A linear resize of NCHW ``x``: ``rows (Ho, H) @ x @ cols (Wo, W).T``, the interpolation weights of each
         output row and column (a bilinear upsampling), summed in FP32."""
-        return self._emit(name, interpolate_fp32(x, rows, cols))
+        xp, (x, rows, cols) = common(x, rows, cols)
+        if xp is np:
+            return self._emit(name, interpolate_fp32(x, rows, cols))
+        y = xp.matmul(_as_float32(xp, rows), _as_float32(xp, x))
+        return self._emit(name, xp.matmul(y, xp.matrix_transpose(_as_float32(xp, cols))))
 
     def avg_pool2d(self, x, divisor, *, kernel, stride, name):
         """NCHW average pooling of an already padded ``x``: each window's sum over ``divisor`` (Ho, Wo), the count of
         the window's elements that are averaged (padding counted or not)."""
-        return self._emit(name, (window_sums(x, kernel, stride) / np.asarray(divisor, np.float32)).astype(np.float32))
+        xp, (x, divisor) = common(x, divisor)
+        if xp is np:
+            return self._emit(name, (window_sums(x, kernel, stride) / np.asarray(divisor, np.float32)).astype(np.float32))
+        total = None
+        for tap in _window_taps(_as_float32(xp, x), as_pair(kernel), as_pair(stride)):
+            total = tap if total is None else total + tap
+        return self._emit(name, total / _as_float32(xp, divisor))
+
+
+# -- the array API path's pieces (numpy has its kernels above) ----------------------------------------------------------
+def _as_float32(xp, x):
+    """``x`` as float32 (itself when it is)."""
+    return np.asarray(x, np.float32) if xp is np else xp.astype(x, xp.float32, copy=False)
+
+
+def _window_taps(x, kernel, stride):
+    """The strided slices of NCHW ``x``, one per (kh, kw) kernel tap: tap (i, j) holds element (i, j) of every
+    window at ``stride``."""
+    (kh, kw), (sh, sw) = kernel, stride
+    ho = (x.shape[2] - kh) // sh + 1
+    wo = (x.shape[3] - kw) // sw + 1
+    for i in range(kh):
+        for j in range(kw):
+            yield x[:, :, i: i + sh * (ho - 1) + 1: sh, j: j + sw * (wo - 1) + 1: sw]
+
+
+def _float32(xp, y):
+    """The result of an elementwise op as float32 (an integer or float64 operand may have promoted it)."""
+    return y if y.dtype == xp.float32 else xp.astype(y, xp.float32)
+
+
+def _arrays_like(xp, a, b):
+    """``a`` and ``b`` as float32 arrays of ``xp`` (a Python scalar becomes a 0-d array beside the other)."""
+    like = b if isinstance(a, (int, float)) else a
+    return tuple(_as_float32(xp, arrays.asarray_like(np.float32(v), like) if isinstance(v, (int, float)) else v)
+                 for v in (a, b))
+
+
+def _take_range(x, axis: int, start: int, stop: int):
+    """``x[start:stop]`` along ``axis``."""
+    key = [slice(None)] * x.ndim
+    key[axis] = slice(start, stop)
+    return x[tuple(key)]
+
+
+def _sigmoid(xp, x):
+    """``1 / (1 + exp(-x))`` in float32; for x < -88.7 exp overflows to inf and the result is the exact limit 0."""
+    return 1.0 / (xp.exp(-x) + 1.0)
+
+
+def _gelu(xp, x, approximate: str):
+    """:func:`gelu_fp32`'s float32 arithmetic, step by step, in the standard's functions."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if approximate == "tanh":
+        t = x * float(np.float32(0.044715)) * x * x + x
+        t = xp.tanh(t * float(_SQRT_2_OVER_PI))
+    else:
+        t = xp.clip(x * float(np.float32(1 / np.sqrt(2))), -4.0, 4.0)
+        z2 = t * t
+        p = xp.full_like(t, float(_ERF_P[0]))
+        for c in _ERF_P[1:]:
+            p = p * z2 + float(c)
+        q = xp.full_like(t, float(_ERF_Q[0]))
+        for c in _ERF_Q[1:]:
+            q = q * z2 + float(c)
+        t = t * p / q
+    return x * 0.5 * (t + 1.0)
 
 
 FP32 = Ops()

@@ -132,7 +132,7 @@ class ResNet50(Model):
         return (InputSpec("pixel_values", (c.num_channels, c.image_size, c.image_size), "float", "float32"),)
 
     def _conv_bn(self, x, prefix, ops: Ops, *, stride=1, relu=True):
-        p = self.params
+        p = self.params_like(x)
         w = p[f"{prefix}.convolution.weight"]
         x = ops.conv2d(x, w, stride=stride, padding=w.shape[-1] // 2, name=f"{prefix}.convolution")
         x = ops.batch_norm(x, p[f"{prefix}.normalization.running_mean"], p[f"{prefix}.normalization.running_var"],
@@ -157,7 +157,8 @@ class ResNet50(Model):
         for prefix, in_ch, out_ch, stride in _layers(self.config):
             x = self._bottleneck(x, prefix, in_ch, out_ch, stride, ops)             # ... -> (B, 2048, 7, 7)
         x = ops.mean(x, axis=(2, 3), name="resnet.pooler")                          # (B, 2048)
-        logits = ops.linear(x, self.params["classifier.1.weight"], self.params["classifier.1.bias"], name="classifier.1")
+        p = self.params_like(x)
+        logits = ops.linear(x, p["classifier.1.weight"], p["classifier.1.bias"], name="classifier.1")
         return {"logits": logits}                                                   # (B, 1000)
 
     def sample_inputs(self, batch_size: int, seed: int = 0):

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from models import encoder, text
+from models import arrays, encoder, text
 from models.base import (
     Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import FP32
@@ -101,8 +101,16 @@ class Rotary:
         self.cos = np.repeat(cos, 2, axis=1)  # (S, d): cos of pair i at dims 2i and 2i+1
         self.signed_sin = np.repeat(sin, 2, axis=1) * np.tile(np.float32([-1.0, 1.0]), half)  # (S, d): -sin, +sin
 
+    def like(self, x) -> Rotary:
+        """These tables as arrays of the library and device of ``x`` (themselves on numpy)."""
+        moved = Rotary.__new__(Rotary)
+        moved.cos, moved.signed_sin = arrays.asarray_like(self.cos, x), arrays.asarray_like(self.signed_sin, x)
+        return moved
+
     def __call__(self, ops, t: np.ndarray, name: str) -> np.ndarray:
-        swapped = t.reshape(*t.shape[:-1], -1, 2)[..., ::-1].reshape(t.shape)  # (B, nh, S, d): t[2i+1], t[2i]
+        xp = arrays.namespace(t)
+        pairs = arrays.flip(xp.reshape(t, (*t.shape[:-1], -1, 2)), axis=-1)
+        swapped = xp.reshape(pairs, t.shape)  # (B, nh, S, d): t[2i+1], t[2i]
         cos_part = ops.mul(t, self.cos, name=f"{name}.cos")  # (B, nh, S, d)
         sin_part = ops.mul(swapped, self.signed_sin, name=f"{name}.sin")  # (B, nh, S, d)
         return ops.add(cos_part, sin_part, name=name)  # (B, nh, S, d)
@@ -120,26 +128,28 @@ class RoFormerForSequenceClassification(Model):
         """The final hidden states (batch, seq_len, hidden) of the encoder."""
         c = self.config
         encoder.check_token_ids(self.name, inputs, c.vocab_size, c.type_vocab_size)
+        p = self.params_like(inputs["input_ids"])
         mask = encoder.extended_attention_mask(inputs["attention_mask"])  # (B, 1, 1, S)
-        x = encoder.embeddings(ops, self.params, "roformer.embeddings", inputs["input_ids"], inputs["token_type_ids"],
+        x = encoder.embeddings(ops, p, "roformer.embeddings", inputs["input_ids"], inputs["token_type_ids"],
                                eps=c.layer_norm_eps, positions=False)  # (B, S, E)
         if c.embedding_size != c.hidden_size:
-            x = encoder.linear(ops, self.params, "roformer.embeddings_project", x)  # (B, S, H)
-        rotary = Rotary(self.params[POSITIONS], x.shape[1])
+            x = encoder.linear(ops, p, "roformer.embeddings_project", x)  # (B, S, H)
+        rotary = Rotary(self.params[POSITIONS], x.shape[1]).like(x)
         for i in range(c.num_hidden_layers):
-            x = encoder.encoder_layer(ops, self.params, f"roformer.encoder.layer.{i}", encoder.BERT_LAYER, x, mask,
+            x = encoder.encoder_layer(ops, p, f"roformer.encoder.layer.{i}", encoder.BERT_LAYER, x, mask,
                                       num_heads=c.num_attention_heads, hidden_act=c.hidden_act, eps=c.layer_norm_eps,
                                       rotate=rotary)
         return x  # (B, S, H)
 
     def pooled(self, cls, ops) -> np.ndarray:
         """The head's hidden features of the [CLS] states (batch, hidden): its dense layer and activation."""
-        hidden = encoder.linear(ops, self.params, "classifier.dense", cls)  # (B, H)
+        hidden = encoder.linear(ops, self.params_like(cls), "classifier.dense", cls)  # (B, H)
         return encoder.activation(ops, hidden, self.config.hidden_act, name="classifier.dense.act")
 
     def forward(self, inputs, ops):
         cls = self.encode(inputs, ops)[:, 0, :]  # (B, H): the [CLS] token
-        return {"logits": encoder.linear(ops, self.params, "classifier.out_proj", self.pooled(cls, ops))}  # (B, 1)
+        features = self.pooled(cls, ops)  # (B, H)
+        return {"logits": encoder.linear(ops, self.params_like(features), "classifier.out_proj", features)}  # (B, 1)
 
     def sample_examples(self, batch_size: int, seed: int = 0, seq_len: int | None = None):
         """CAIL2019-SCM-like pairs and which row of each is the similar one (see :func:`models.text.cail_examples`),

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
+from models import arrays
 from models.base import (
     cached_params,
     CheckpointError,
@@ -123,24 +124,26 @@ class WideDeep(Model):
     def validate_inputs(self, inputs):
         batch = super().validate_inputs(inputs)
         ids = inputs["categorical_ids"]
-        buckets = np.asarray(self.config.bucket_sizes)
+        xp = arrays.namespace(ids)
+        buckets = arrays.asarray_like(np.asarray(self.config.bucket_sizes), ids)
         bad = (ids < 0) | (ids >= buckets)
-        if bad.any():
-            row, f = map(int, np.argwhere(bad)[0])
+        if bool(xp.any(bad)):
+            rows, features = xp.nonzero(bad)  # in row-major order
+            row, f = int(rows[0]), int(features[0])
             raise InputError(f"{self.name}: input 'categorical_ids' has id {int(ids[row, f])} for feature {f} (sample {row}); "
-                             f"expected hashed ids in [0, {buckets[f]})")
+                             f"expected hashed ids in [0, {self.config.bucket_sizes[f]})")
         return batch
 
     def forward(self, inputs, ops: Ops):
-        p, c = self.params, self.config
         ids = inputs["categorical_ids"]                                                # (B, 26)
+        p, c, xp = self.params_like(ids), self.config, arrays.namespace(ids)
         numeric = ops.input(inputs["numeric_features"], name="numeric_features")       # (B, 13)
 
         # wide: sum over features of the weight of each sample's category, plus a linear term in the numeric features
         wide_terms = [ops.embedding(p[f"wide.categorical.{f}.weight"], ids[:, f], name=f"wide.categorical.{f}")
                       for f in range(c.num_categorical)]                               # 26 x (B, 1)
-        wide_weights = np.concatenate(wide_terms, axis=1)                              # (B, 26)
-        ones = np.ones((c.num_categorical, 1), np.float32)
+        wide_weights = xp.concat(wide_terms, axis=1)                                   # (B, 26)
+        ones = arrays.asarray_like(np.ones((c.num_categorical, 1), np.float32), ids)
         wide_sparse = ops.matmul(wide_weights, ones, name="wide.categorical_sum")      # (B, 1)
         wide_dense = ops.linear(numeric, p["wide.numeric.weight"], p["wide.numeric.bias"], name="wide.numeric")
         wide = ops.add(wide_sparse, wide_dense, name="wide")                           # (B, 1)
@@ -148,7 +151,7 @@ class WideDeep(Model):
         # deep: embeddings ++ numeric -> MLP -> logit
         embedded = [ops.embedding(p[f"deep.embeddings.{f}.weight"], ids[:, f], name=f"deep.embeddings.{f}")
                     for f in range(c.num_categorical)]                                 # 26 x (B, D)
-        h = np.concatenate(embedded + [numeric], axis=1)                               # (B, 26*D + 13)
+        h = xp.concat(embedded + [numeric], axis=1)                                    # (B, 26*D + 13)
         for k in range(len(c.hidden_sizes)):
             h = ops.linear(h, p[f"deep.mlp.{k}.weight"], p[f"deep.mlp.{k}.bias"], name=f"deep.mlp.{k}")
             h = ops.relu(h, name=f"deep.mlp.{k}.activation")                          # (B, H_k)
@@ -157,7 +160,7 @@ class WideDeep(Model):
         logit = ops.add(wide, deep, name="logit")                                      # (B, 1)
         click = ops.sigmoid(logit, name="click_probability")                           # (B, 1)
         no_click = ops.sub(np.float32(1), click, name="no_click_probability")          # (B, 1)
-        return {"probabilities": np.concatenate([no_click, click], axis=1)}            # (B, 2)
+        return {"probabilities": xp.concat([no_click, click], axis=1)}                 # (B, 2)
 
     def sample_inputs(self, batch_size: int, seed: int = 0):
         return criteo_like_inputs(self.config, batch_size, np.random.default_rng([seed, 0x57444550]))  # tag "WDEP"

@@ -2,7 +2,8 @@
 
 A model computes through its ops, and rearranges their results in numpy between them (head split and merge, slices,
 the attention mask, concatenations). :class:`GraphTensor` gives the model what it uses of an ndarray for that:
-``shape``, ``reshape``, ``transpose``, basic indexing, ``astype``, ``==``/``!=``, ``np.concatenate`` and ``np.where``;
+``shape``, ``reshape``, ``transpose``, basic indexing, ``astype``, ``==``/``!=``, ``np.concatenate`` and ``np.where``
+(and numpy's array API spellings of these, ``np.reshape``, ``np.permute_dims``, ``np.concat``, ``np.astype``);
 each call computes the example's value with numpy and adds the ONNX node that does the same. Anything else is refused
 with a TypeError rather than recorded wrongly: numpy arithmetic on it (which belongs in the ops), converting it to an
 ndarray (``np.asarray``; the models use :func:`models.ops.contiguous` where they want a C-contiguous array), fancy
@@ -315,4 +316,5 @@ def _pad(array, pad_width, mode="constant", constant_values=0):
 _FUNCTIONS = {np.concatenate: _concatenate, np.where: _where, np.pad: _pad,
               np.shape: lambda a: a.shape, np.ndim: lambda a: a.ndim,
               np.reshape: lambda a, shape, **kwargs: a.reshape(shape, **kwargs),
-              np.transpose: lambda a, axes=None: a.transpose(axes)}
+              np.transpose: lambda a, axes=None: a.transpose(axes),  # also np.permute_dims, the same function
+              np.astype: lambda a, dtype, /, *, copy=True, device=None: a.astype(dtype)}
