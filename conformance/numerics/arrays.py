@@ -4,8 +4,12 @@ reference) or a library of the Python array API standard reached through array-a
 A library is named ``NAME[:DEVICE]``: ``numpy``, ``torch:cpu``, ``torch:cuda``, ``torch:cuda:1`` (``torch`` alone is
 ``torch:cpu``). :func:`load` checks that the library imports and the device exists, and says what is missing;
 :func:`select` makes one the process's choice and :func:`use` switches for a ``with`` block (every thread sees it).
-The numerics' public functions take and return numpy arrays whatever the choice: on another library they move their
-operands onto it, compute there (:mod:`conformance.numerics.namespace`) and bring the result back.
+The numerics' public functions return the kind of array they are given. Given numpy arrays, they compute on the
+selected library: on another one they move their operands onto it, compute there
+(:mod:`conformance.numerics.namespace`) and bring the result back. Given arrays of another library (torch tensors,
+:func:`library_of`), they compute on those arrays' device and return arrays there: no move to the host. The accuracy
+run moves a batch's inputs to the selected library once (:func:`to_library`) and its outputs back (:func:`to_numpy`),
+so that the emulator's ops compute on the device from end to end.
 
 What the array API standard does not cover is here, per library, and nowhere else: the narrow dtypes the roundings
 cast through, the FP32 convolution, and the moves between numpy and the library's device.
@@ -106,9 +110,33 @@ class ArrayLibrary:
             return y.numpy()
         return y.detach().contiguous().cpu().numpy()
 
+    def contiguous(self, x):
+        """``x`` with its elements in C order (itself when they are)."""
+        if self.is_numpy:
+            return np.ascontiguousarray(x)
+        return x.contiguous()
+
+    def view_key(self, x) -> tuple:
+        """(the array owning ``x``'s memory, a key of ``x``'s place in it: start, shape, strides, dtype): views made
+        afresh of one array (``w.reshape(...)``) get the same key."""
+        if self.is_numpy:
+            owner = x
+            while isinstance(owner, np.ndarray) and owner.base is not None:
+                owner = owner.base
+            return owner, (id(owner), x.__array_interface__["data"][0], x.shape, x.strides, x.dtype.str)
+        owner = x._base if x._base is not None else x
+        return owner, (id(owner), x.data_ptr(), tuple(x.shape), tuple(x.stride()), str(x.dtype))
+
+    def base(self, x):
+        """The array ``x`` is a view of (None when it owns its memory)."""
+        return x.base if self.is_numpy else x._base
+
     def conv2d_fp32(self, x, w, stride, padding, dilation, groups: int):
-        """The library's own FP32 NCHW convolution (float partials: any FP32 summation order is within the bound)."""
-        return self.module.nn.functional.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        """The library's own FP32 NCHW convolution (float partials: any FP32 summation order is within the bound;
+        TF32 off on CUDA, :func:`models.arrays.conv2d`)."""
+        from models.arrays import conv2d
+
+        return conv2d(x, w, stride, padding, dilation, groups)
 
 
 NUMPY = ArrayLibrary("numpy")
@@ -190,3 +218,45 @@ def use(spec: str):
     finally:
         with _lock:
             _selected = previous
+
+
+# -- arrays of a library given to the numerics, and the accuracy run's moves --------------------------------------------
+_LIBRARIES: dict[tuple[str, str], ArrayLibrary] = {}
+
+
+def library_of(x) -> ArrayLibrary | None:
+    """The library and device of array ``x`` when it is another library's than numpy's (a torch tensor); None for what
+    numpy computes on (its arrays and scalars, Python numbers and sequences)."""
+    from models.arrays import _numpy_like
+
+    if isinstance(x, np.ndarray) or _numpy_like(x):
+        return None
+    name = type(x).__module__.partition(".")[0]
+    if name not in LIBRARIES:
+        raise ArrayLibraryError(f"arrays of {name} ({type(x).__name__}) are not supported; expected numpy arrays or "
+                                f"those of: {', '.join(n for n in LIBRARIES if n != 'numpy')}")
+    key = (name, str(x.device))
+    library = _LIBRARIES.get(key)
+    if library is None:
+        library = _LIBRARIES[key] = ArrayLibrary(*key)
+    return library
+
+
+def host_array(x) -> np.ndarray:
+    """``x`` as a numpy array (moved to the host when it is another library's)."""
+    library = library_of(x)
+    return np.asarray(x) if library is None else library.to_numpy(x)
+
+
+def to_library(inputs: dict, library: ArrayLibrary | None = None) -> dict:
+    """A batch's inputs (numpy arrays) as arrays of ``library`` (default: the selected one) on its device, each moved
+    once; the same dict on numpy."""
+    library = active() if library is None else library
+    if library.is_numpy:
+        return inputs
+    return {k: library.asarray(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+
+
+def to_numpy(outputs: dict) -> dict:
+    """A batch's outputs as numpy arrays (those of another library moved to the host)."""
+    return {k: host_array(v) for k, v in outputs.items()}

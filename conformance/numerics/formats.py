@@ -92,6 +92,14 @@ def _as_float_array(x, what: str = "x") -> np.ndarray:
     return arr
 
 
+def _library_float(library, x, what: str = "x"):
+    """``x``, an array of ``library``, checked to be float16, float32 or float64 (TypeError otherwise)."""
+    xp = library.xp
+    if x.dtype not in (xp.float16, xp.float32, xp.float64):
+        raise TypeError(f"{what} must be a float16, float32 or float64 array, got dtype {x.dtype}")
+    return x
+
+
 @dataclass(frozen=True)
 class _Container:
     """A binary float type the rounding runs in: float32 (float16 inputs are widened exactly) or float64."""
@@ -356,6 +364,13 @@ def quantize(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: st
     check_choice("overflow", overflow, OVERFLOW_MODES)
     check_choice("rounding", rounding, ROUNDING_MODES)
     check_rng(rounding, rng)
+    given = arrays.library_of(x)
+    if given is not None:  # an array of another library: computed on its device, returned there
+        x = _library_float(given, x)
+        if rounding == "stochastic" or x.dtype == given.xp.float64:  # drawn / rounded once on numpy
+            return given.asarray(quantize(given.to_numpy(x), fmt, scale=scale, overflow=overflow, rounding=rounding,
+                                          rng=rng))
+        return namespace.quantize(given, given.xp.astype(x, given.xp.float32, copy=False), info, scale, overflow)
     arr = _as_float_array(x)
     if rounding == "stochastic":
         return _round_stochastic(arr, info, scale, overflow, rng)
@@ -382,6 +397,12 @@ def round_inplace(y: np.ndarray, fmt: str, *, scale: int = 0, overflow: str = "s
     check_choice("overflow", overflow, OVERFLOW_MODES)
     check_choice("rounding", rounding, ROUNDING_MODES)
     check_rng(rounding, rng)
+    given = arrays.library_of(y)
+    if given is not None:  # an array of another library: rounded on its device
+        if y.dtype != given.xp.float32:
+            raise TypeError(f"round_inplace needs a float32 array, got {y.dtype}")
+        y[...] = quantize(y, fmt, scale=scale, overflow=overflow, rounding=rounding, rng=rng)
+        return y
     if not isinstance(y, np.ndarray) or y.dtype != np.float32 or not y.flags.c_contiguous or not y.flags.writeable:
         raise TypeError(f"round_inplace needs a writeable C-contiguous float32 numpy array, got {type(y).__name__}"
                         f" {getattr(y, 'dtype', '')}")
@@ -429,6 +450,9 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
     check_choice("op", op, tuple(_NUMPY_OPS))
     if round_a and op != "add":
         raise ValueError(f"round_op: round_a=True is for op 'add' (a matmul's result plus its bias), got op {op!r}")
+    given = arrays.library_of(a) or arrays.library_of(b)
+    if given is not None:
+        return _round_op_on(given, op, a, b, fmt, info, scale, overflow, out, round_a)
     a, b = np.asarray(a), np.asarray(b)
     for what, arr in (("a", a), ("b", b)):
         if arr.dtype not in (np.float16, np.float32, np.float64):
@@ -485,6 +509,27 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
             kernels, op, af[lo * inner:hi * inner], bf[lo:hi], yf[lo * inner:hi * inner], 1, hi - lo, inner, False,
             rounding), grain=max(1, COMPILED_GRAIN // max(1, inner)), align=1)
     return y
+
+
+def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int, overflow: str, out, round_a: bool):
+    """:func:`round_op` of operands one of which (at least) is an array of ``library``: computed on its device (a numpy
+    operand, such as a scalar, moved there), the result an array of ``library``."""
+    xp = library.xp
+    a, b = (_library_float(library, v if arrays.library_of(v) is not None else library.asarray(np.asarray(v)),
+                           f"round_op operand {what}") for what, v in (("a", a), ("b", b)))
+    if a.dtype == xp.float64 or b.dtype == xp.float64:  # rounded once, on numpy
+        y = library.asarray(round_op(op, library.to_numpy(a), library.to_numpy(b), fmt, scale=scale,
+                                     overflow=overflow, round_a=round_a))
+    else:
+        y = namespace.round_op(library, op, xp.astype(a, xp.float32, copy=False), xp.astype(b, xp.float32, copy=False),
+                               info, scale, overflow, round_a)
+    if out is None:
+        return y
+    if tuple(out.shape) != tuple(y.shape) or out.dtype != xp.float32:
+        raise TypeError(f"round_op out must be a float32 array of shape {tuple(y.shape)}, got {out.dtype} "
+                        f"{tuple(out.shape)}")
+    out[...] = y
+    return out
 
 
 def _codes_from_values(y: np.ndarray, info: FormatInfo, scale: int) -> np.ndarray:

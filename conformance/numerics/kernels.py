@@ -30,9 +30,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from threadpoolctl import ThreadpoolController
 
-from conformance.numerics import compiled, namespace
+from conformance.numerics import arrays, compiled, namespace
 from conformance.numerics.formats import (
     COMPILED_GRAIN,
+    quantize,
     FORMAT_NAMES,
     OVERFLOW_MODES,
     ROUNDING_MODES,
@@ -319,8 +320,13 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     ``overflow``: ``"sat"`` or ``"nan"`` for FP16 roundings.
     """
     partials, block, out_format = _settings(partials, operand_format, block, rounding, rng, out_format, overflow)
-    a = _float_operand(a, "matmul operand a")
-    b = _float_operand(b, "matmul operand b")
+    given = arrays.library_of(a) or arrays.library_of(b)
+    if given is not None:  # arrays of another library: computed on their device, returned there
+        a = _library_operand(given, a, "matmul operand a")
+        b = _library_operand(given, b, "matmul operand b")
+    else:
+        a = _float_operand(a, "matmul operand a")
+        b = _float_operand(b, "matmul operand b")
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(
             f"matmul needs a (..., M, K) and b (..., K, N) with at least 2 axes each, got a {a.shape}, b {b.shape}")
@@ -334,6 +340,12 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     except ValueError:
         raise ValueError(f"matmul: batch axes of a {a.shape} and b {b.shape} do not broadcast") from None
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if given is not None:
+        if rounding == "stochastic":  # the random draws in numpy's order
+            return given.asarray(matmul(given.to_numpy(a), given.to_numpy(b), partials=partials,
+                                        operand_format=operand_format, block=block, rounding=rounding, rng=rng,
+                                        out_format=out_format, overflow=overflow))
+        return _matmul_on(given, a, b, batch, m, k, n, partials, block, out_format, overflow)
     library = other_library() if rounding == "nearest" else None
     if library is not None and partials == "float":
         y = library.to_numpy(library.xp.matmul(library.asarray(a), library.asarray(b)))
@@ -353,6 +365,31 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
                                   nearest_rounding("f16", 0, overflow, signed_zero=False))
         return library.to_numpy(y).reshape(batch + (m, n))
     return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
+
+
+def _library_operand(library, v, what: str):
+    """A kernel operand with the other one an array of ``library``: as a float32 array of ``library`` (a numpy
+    operand moved to its device); TypeError for other dtypes."""
+    if arrays.library_of(v) is None:
+        return library.asarray(_float_operand(v, what))
+    xp = library.xp
+    if v.dtype not in (xp.float16, xp.float32, xp.float64):
+        raise TypeError(f"{what} must be a float16, float32 or float64 array on an FP16/FP8 grid, got dtype {v.dtype}")
+    return xp.astype(v, xp.float32, copy=False)
+
+
+def _matmul_on(library, a, b, batch, m: int, k: int, n: int, partials: str, block: int, out_format, overflow: str):
+    """:func:`matmul` (nearest rounding) of arrays of ``library``, on their device: FP32 partials are the library's
+    matmul, half partials :func:`namespace.matmul_half`."""
+    xp = library.xp
+    if partials == "float":
+        y = xp.matmul(a, b)
+        return quantize(y, "f16", overflow=overflow) if out_format == "f16" else y
+    nbatch = int(np.prod(batch, dtype=np.int64))
+    a3 = xp.reshape(xp.broadcast_to(a, tuple(batch) + (m, k)), (nbatch, m, k))
+    b3 = xp.reshape(xp.broadcast_to(b, tuple(batch) + (k, n)), (nbatch, k, n))
+    y = namespace.matmul_half(library, a3, b3, block, nearest_rounding("f16", 0, overflow, signed_zero=False))
+    return xp.reshape(y, tuple(batch) + (m, n))
 
 
 def _checked_pair(v, what: str, minimum: int) -> tuple[int, int]:
@@ -385,6 +422,12 @@ def conv_weight_matrix(w: np.ndarray, groups: int = 1) -> np.ndarray:
     """A conv weight (O, C/groups, kh, kw) as the half-partials conv2d reads it: the same values, held in memory as
     the (G, kh*kw*Cg, O/G) matrix of the im2col matmul, so that :func:`conv2d` takes it without a copy (a weight
     used for many calls is laid out once)."""
+    given = arrays.library_of(w)
+    if given is not None:  # an array of another library: laid out on its device
+        w = _library_operand(given, w, "conv2d weight w")
+        if groups != 1:
+            return given.contiguous(w)
+        return given.xp.permute_dims(given.contiguous(given.xp.permute_dims(w, (2, 3, 1, 0))), (3, 2, 0, 1))
     w = _float_operand(w, "conv2d weight w")
     o, cg, kh, kw = w.shape
     if groups != 1:  # (G, O/G) would not merge back into O without a copy
@@ -400,8 +443,13 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
     (O, C / groups, kh, kw); ``stride``, ``padding`` (zeros, both sides), ``dilation``: an int or a pair.
     The reduction over (kh, kw, C / groups) is an im2col matmul; the other options are those of :func:`matmul`."""
     partials, block, out_format = _settings(partials, operand_format, block, rounding, rng, out_format, overflow)
-    x = _float_operand(x, "conv2d input x")
-    w = _float_operand(w, "conv2d weight w")
+    given = arrays.library_of(x) or arrays.library_of(w)
+    if given is not None:  # arrays of another library: computed on their device, returned there
+        x = _library_operand(given, x, "conv2d input x")
+        w = _library_operand(given, w, "conv2d weight w")
+    else:
+        x = _float_operand(x, "conv2d input x")
+        w = _float_operand(w, "conv2d weight w")
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"conv2d needs x (N, C, H, W) and w (O, C/groups, kh, kw), got x {x.shape}, w {w.shape}")
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
@@ -418,6 +466,16 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
     for axis, size, k in ((0, h, kh), (1, wd, kw)):
         if size + 2 * padding[axis] < dilation[axis] * (k - 1) + 1:
             raise ValueError(f"conv2d: kernel {kh}x{kw} (dilation {dilation}) is larger than the padded input {h}x{wd}")
+    if given is not None and rounding == "stochastic":  # the random draws in numpy's order
+        return given.asarray(conv2d(given.to_numpy(x), given.to_numpy(w), stride=stride, padding=padding,
+                                    dilation=dilation, groups=groups, partials=partials, operand_format=operand_format,
+                                    block=block, rounding=rounding, rng=rng, out_format=out_format, overflow=overflow))
+    if given is not None:
+        if partials == "float":  # the library's FP32 convolution: within the same bound
+            y = given.conv2d_fp32(x, w, stride, padding, dilation, groups)
+            return quantize(y, "f16", overflow=overflow) if out_format == "f16" else y
+        return namespace.conv2d_half(given, x, w, stride, padding, dilation, groups, block,
+                                     nearest_rounding("f16", 0, overflow, signed_zero=False))
     library = other_library() if rounding == "nearest" else None
     if library is not None:
         xl, wl = library.asarray(x), library.asarray(w)
