@@ -13,11 +13,13 @@ Recorders keep a seeded sample of each output's values (the same positions in bo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from conformance.accuracy.metrics import snr_db
+from conformance.numerics.arrays import host_array, library_of
 from conformance.numerics.compiled import signed_error_sums
 from models.ops import sample_values
 
@@ -143,6 +145,11 @@ def _as_fp32(value):
     return value
 
 
+def _size(a) -> int:
+    """The number of elements of an operand (an array of any library, or a scalar)."""
+    return np.size(a) if library_of(a) is None else math.prod(a.shape)
+
+
 class LocalErrorOps:
     """Ops that compute every op twice on the same inputs: with the hardware's ops (whose result the model goes on
     with) and with FP32 ops. The difference is the op's own (local) error, free of what earlier ops did: for each op,
@@ -164,8 +171,8 @@ class LocalErrorOps:
             with np.errstate(all="ignore"):
                 exact = reference_op(*[_as_fp32(a) for a in args], name=name,
                                      **{k: _as_fp32(v) for k, v in kwargs.items()})
-            if not any(np.size(a) == 1 for a in args):  # see _record
-                self._record(attr, name, np.asarray(exact), np.asarray(y))
+            if not any(_size(a) == 1 for a in args):  # see _record
+                self._record(attr, name, host_array(exact), host_array(y))
             return y
 
         return op

@@ -17,6 +17,7 @@ import numpy as np
 from conformance.accuracy import confidence, metrics
 from conformance.accuracy.diagnosis import PROBE_INPUT_ELEMENTS, LocalErrorOps, summarise_bias
 from conformance.distributed import Batch, Engine, Inputs, Job, RunStats, fingerprint, row_count, row_elements, take
+from conformance.numerics import arrays
 from conformance.targets import compare
 from conformance.targets.accuracy import PROBE_METRICS, TENSOR_BOUNDS, TENSOR_METRICS
 from conformance.targets.label_floors import FLOORS_FILE, load_label_floors
@@ -147,10 +148,17 @@ def hardware_batches(inputs: Inputs, batch_size: int, probe: bool) -> list[Batch
 def _forward(forward: Callable[[dict, object], dict], inputs: dict, hardware_ops, probe: bool) -> tuple[dict, list | None]:
     """The outputs of one batch by ``forward(inputs, ops)``, and with ``probe`` the local errors of its ops: it then
     runs through :class:`LocalErrorOps` (which passes the hardware's results through as they are), adding only the
-    FP32 ops."""
+    FP32 ops. Ops that compute on another array library (``takes_library_arrays``, the emulator's) get the inputs
+    on the selected library's device (``--array``), moved once, and their outputs come back as numpy arrays."""
     local = LocalErrorOps(hardware_ops, Ops()) if probe else None
+    library = arrays.active()
+    moved = not library.is_numpy and getattr(hardware_ops, "takes_library_arrays", False)
+    if moved:  # the ops compute on the selected library's device: the inputs go there once, the outputs come back
+        inputs = arrays.to_library(inputs, library)
     with np.errstate(all="ignore"):
         outputs = forward(inputs, local if probe else hardware_ops)
+    if moved:
+        outputs = arrays.to_numpy(outputs)
     return outputs, (local.bias if probe else None)
 
 

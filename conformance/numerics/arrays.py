@@ -131,6 +131,15 @@ class ArrayLibrary:
         """The array ``x`` is a view of (None when it owns its memory)."""
         return x.base if self.is_numpy else x._base
 
+    def host_view(self, x) -> np.ndarray:
+        """A C-contiguous array of this library in host memory as a numpy array over the same memory (no copy: numpy
+        code, such as a compiled kernel, writes through it)."""
+        if self.is_numpy:
+            return x
+        if not self.on_host or not x.is_contiguous():
+            raise ValueError(f"host_view needs a contiguous array in host memory, got one on {x.device}")
+        return x.numpy()
+
     def conv2d_fp32(self, x, w, stride, padding, dilation, groups: int):
         """The library's own FP32 NCHW convolution (float partials: any FP32 summation order is within the bound;
         TF32 off on CUDA, :func:`models.arrays.conv2d`)."""

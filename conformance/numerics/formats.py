@@ -515,6 +515,13 @@ def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int,
     """:func:`round_op` of operands one of which (at least) is an array of ``library``: computed on its device (a numpy
     operand, such as a scalar, moved there), the result an array of ``library``."""
     xp = library.xp
+    if isinstance(a, float) or isinstance(b, float):  # a Python float beside the array: a float32 operand, not moved
+        if round_a and isinstance(a, float):
+            raise TypeError("round_op: round_a=True needs an array a")
+        a, b = (v if isinstance(v, float) else xp.astype(_library_float(library, v, f"round_op operand {what}"),
+                                                         xp.float32, copy=False) for what, v in (("a", a), ("b", b)))
+        y = namespace.round_op(library, op, a, b, info, scale, overflow, round_a)
+        return y if out is None else _write(out, y, xp)
     a, b = (_library_float(library, v if arrays.library_of(v) is not None else library.asarray(np.asarray(v)),
                            f"round_op operand {what}") for what, v in (("a", a), ("b", b)))
     if a.dtype == xp.float64 or b.dtype == xp.float64:  # rounded once, on numpy
@@ -523,8 +530,11 @@ def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int,
     else:
         y = namespace.round_op(library, op, xp.astype(a, xp.float32, copy=False), xp.astype(b, xp.float32, copy=False),
                                info, scale, overflow, round_a)
-    if out is None:
-        return y
+    return y if out is None else _write(out, y, xp)
+
+
+def _write(out, y, xp):
+    """``y`` written into ``out`` (an array of its library, float32, of its shape)."""
     if tuple(out.shape) != tuple(y.shape) or out.dtype != xp.float32:
         raise TypeError(f"round_op out must be a float32 array of shape {tuple(y.shape)}, got {out.dtype} "
                         f"{tuple(out.shape)}")

@@ -80,7 +80,7 @@ def _accumulate(library, acc, products, partials) -> None:
     partials (``formats.nearest_rounding("f16", 0, overflow, signed_zero=False)``)."""
     fused = compiled.jit() if library.on_host and partials.overflow == "sat" else None
     if fused is not None:  # the numpy path's compiled accumulator, on the same memory
-        compiled.accumulator(fused, partials)(library.to_numpy(acc), library.to_numpy(products))
+        compiled.accumulator(fused, partials)(library.host_view(acc), library.host_view(products))
         return
     for j in range(products.shape[0]):  # a GPU, the numpy kernel path or NaN-on-overflow: one pass per block
         acc[...] = quantize(library, acc + products[j, ...], partials.info, 0, partials.overflow)

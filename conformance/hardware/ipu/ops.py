@@ -15,6 +15,11 @@ overrides every op of :class:`~models.ops.Ops` and applies the policy:
   result; ops on the model's skip list stay FP16.
 
 Quantized weights are cached per ops object (the same arrays every call), as the device holds them after compilation.
+
+The ops compute in the library of their operands: numpy arrays with the numpy kernels, or the arrays of another
+library (torch tensors, on the CPU or a GPU; ``--array``) on their device with the same roundings, the numerics taking
+and returning that library's arrays. The accuracy run moves a batch's inputs there once and the model its parameters
+(``Model.params_like``); only a recorder's copies come back to the host.
 """
 
 from __future__ import annotations
@@ -27,8 +32,35 @@ import numpy as np
 from conformance import numerics
 from conformance.hardware.ipu import fp8_scales
 from conformance.hardware.ipu.policy import Fp8Settings, Policy
-from models.ops import (Ops, cumsum_fp32, gelu_fp32, instance_norm_fp32, interpolate_fp32, sigmoid_fp32,
+from conformance.numerics.arrays import host_array, library_of
+from models.ops import (Ops, _take_range, cumsum_fp32, gelu_fp32, instance_norm_fp32, interpolate_fp32, sigmoid_fp32,
                         window_sums)
+
+
+def _foreign(*xs):
+    """The library (:class:`conformance.numerics.arrays.ArrayLibrary`) of the first of ``xs`` that is another
+    library's array than numpy's; None when numpy computes on all of them."""
+    for x in xs:
+        if x is not None and not isinstance(x, np.ndarray):
+            library = library_of(x)
+            if library is not None:
+                return library
+    return None
+
+
+def _f16_scalar(v) -> float:
+    """A constant operand (a numpy or Python scalar) beside arrays of another library, rounded to FP16 on the host as
+    :func:`numerics.quantize` rounds (RNE of its float32 value, finite overflow saturating, +-Inf and NaN kept): a
+    Python float, which the library's arithmetic takes as a float32 operand without a move."""
+    v = np.float32(v)
+    if np.isfinite(v):
+        v = np.clip(v, np.float32(-65504), np.float32(65504))
+    return float(np.float16(v))
+
+
+def _reshape(x, shape):
+    library = _foreign(x)
+    return x.reshape(shape) if library is None else library.xp.reshape(x, tuple(shape))
 
 
 # What each op of the contract computes on the IPU: the table docs/graphs.md shows (``ipu-conformance optable``).
@@ -82,6 +114,8 @@ class Fp8Plan:
 class IpuOps(Ops):
     """The ops of one model at one precision on the emulated IPU. ``recorder`` sees every op's output (FP16 grid)."""
 
+    takes_library_arrays = True  # its ops compute on another array library's arrays (the accuracy run moves inputs)
+
     def __init__(self, policy: Policy, *, fp8_plan: Fp8Plan | None = None, recorder=None):
         super().__init__(recorder=recorder)
         if policy.uses_fp8 and fp8_plan is None:
@@ -97,8 +131,18 @@ class IpuOps(Ops):
 
     # -- FP16 grid -----------------------------------------------------------------------------------------------
     def round_f16(self, x) -> np.ndarray:
-        """``x`` rounded to FP16 (RNE, saturating) as a new float32 array."""
-        return numerics.quantize(np.asarray(x, np.float32), "f16")
+        """``x`` rounded to FP16 (RNE, saturating) as a new float32 array (of ``x``'s library)."""
+        library = _foreign(x)
+        if library is None:
+            return numerics.quantize(np.asarray(x, np.float32), "f16")
+        return numerics.quantize(library.xp.astype(x, library.xp.float32, copy=False), "f16")
+
+    def _emit(self, name: str, y):
+        """Every op's result passes here; a recorder gets it as a numpy array (moved to the host when it is another
+        library's)."""
+        if self.recorder is not None:
+            self.recorder(name, y if isinstance(y, np.ndarray) else host_array(y))
+        return y
 
     def _mark(self, y: np.ndarray) -> np.ndarray:
         key = id(y)
@@ -112,6 +156,12 @@ class IpuOps(Ops):
             if ref is not None and ref() is x:
                 return True
             x = x.base
+        library = _foreign(x)
+        while library is not None and x is not None:  # another library's array and the one it views
+            ref = self._grid.get(id(x))
+            if ref is not None and ref() is x:
+                return True
+            x = library.base(x)
         return False
 
     def _f16(self, x) -> np.ndarray:
@@ -120,13 +170,24 @@ class IpuOps(Ops):
             return x
         return self.round_f16(x)
 
+    def _f16_pair(self, a, b):
+        """Two operands on the FP16 grid (:meth:`_f16`); beside an array of another library, a scalar constant as a
+        Python float (:func:`_f16_scalar`) and a numpy array moved to that library."""
+        library = _foreign(a, b)
+        if library is None:
+            return self._f16(a), self._f16(b)
+        return tuple(self._f16(v) if library_of(v) is not None else _f16_scalar(v) if np.ndim(v) == 0
+                     else self._f16(library.asarray(np.asarray(v, np.float32))) for v in (a, b))
+
     def _out(self, name: str, y, *, on_grid: bool = False) -> np.ndarray:
         """Round an op's freshly computed result to FP16 (in place when it is a C-contiguous float32 array: the op's
         temporary is not seen by anyone else), remember it as on-grid, and pass it to the recorder. ``on_grid``: the
         kernels already rounded it (a second rounding would change nothing)."""
         self.ops_seen.add(name)
         if not on_grid:
-            if isinstance(y, np.ndarray) and y.dtype == np.float32 and y.flags.c_contiguous and y.flags.writeable:
+            if _foreign(y) is not None:
+                y = self.round_f16(y)
+            elif isinstance(y, np.ndarray) and y.dtype == np.float32 and y.flags.c_contiguous and y.flags.writeable:
                 numerics.round_inplace(y, "f16")
             else:
                 y = self.round_f16(y)
@@ -138,6 +199,8 @@ class IpuOps(Ops):
         the op's own intermediate, written over when it is a C-contiguous float32 array of the result's shape.
         ``round_a``: ``a`` is rounded to FP16 first, in the same pass (a matmul's FP32 result before its bias)."""
         self.ops_seen.add(name)
+        if _foreign(a, b) is not None:
+            return self._emit(name, self._mark(numerics.round_op(op, a, b, "f16", round_a=round_a)))
         a = np.asarray(a)
         reuse = (temporary and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
                  and a.shape == np.broadcast_shapes(a.shape, np.shape(b)))
@@ -150,8 +213,12 @@ class IpuOps(Ops):
         owner = x
         while isinstance(owner, np.ndarray) and owner.base is not None:
             owner = owner.base
+        library = None if isinstance(x, np.ndarray) else _foreign(x)
         if isinstance(x, np.ndarray):
             key = (id(owner), x.__array_interface__["data"][0], x.shape, x.strides, x.dtype.str, what)
+        elif library is not None:
+            owner, place = library.view_key(x)
+            key = (*place, what)
         else:
             key = (id(owner), what)
         hit = self._params.get(key)
@@ -187,8 +254,14 @@ class IpuOps(Ops):
         fmt = settings.weight_format
 
         def make(x):
-            scale = settings.weight_scale if settings.scales == "fixed" else fp8_scales.choose_scale(x, fmt, settings.scales)
-            return int(scale), numerics.quantize(np.asarray(x, np.float32), fmt, scale=int(scale))
+            library = _foreign(x)
+            if library is None:
+                x = np.asarray(x, np.float32)
+            else:  # the scale from the host's copy (once per weight); the weight quantized on its device
+                x = library.xp.astype(x, library.xp.float32, copy=False)
+            scale = settings.weight_scale if settings.scales == "fixed" else fp8_scales.choose_scale(
+                x if library is None else host_array(x), fmt, settings.scales)
+            return int(scale), numerics.quantize(x, fmt, scale=int(scale))
 
         scale, q = self._param(w, f"fp8:{fmt}:{settings.scales}", make)
         self._record_scale(name, "weight", scale)
@@ -198,6 +271,8 @@ class IpuOps(Ops):
         fmt = self.fp8_plan.settings.input_format
         scale = self.fp8_plan.input_scale(name, operand)
         self._record_scale(name, operand, scale)
+        if _foreign(x) is not None:
+            return numerics.quantize(x, fmt, scale=scale)
         return numerics.quantize(np.asarray(x, np.float32), fmt, scale=scale)
 
     # -- matrix units --------------------------------------------------------------------------------------------
@@ -215,7 +290,7 @@ class IpuOps(Ops):
         bias's pass when there is one)."""
         if bias is None:
             return self._out(name, y, on_grid=on_grid)
-        return self._out_op(name, "add", y, self._param_f16(bias).reshape(shape), temporary=True,
+        return self._out_op(name, "add", y, _reshape(self._param_f16(bias), shape), temporary=True,
                             round_a=not on_grid)
 
     def _defer_rounding(self, fp8: str, bias) -> bool:
@@ -226,15 +301,15 @@ class IpuOps(Ops):
     def linear(self, x, weight, bias=None, *, name):
         fp8 = self._fp8_operands(name)
         lead = x.shape[:-1]
-        x2 = self._f16(x).reshape(-1, x.shape[-1])
+        x2 = _reshape(self._f16(x), (-1, x.shape[-1]))
         if fp8 == "all":
             x2 = self._fp8_input(name, "input", x2)
         w = self._weight_operand(name, weight, fp8)
-        w_t = self._param(w, "transposed", lambda v: np.ascontiguousarray(v.T))  # (in, out): the kernel's b
+        w_t = self._param(w, "transposed", _transposed)  # (in, out): the kernel's b
         defer = self._defer_rounding(fp8, bias)
         y = _kernels.matmul(x2, w_t, partials=self.policy.partials, fp8=self._fp8_format(fp8),
                             out_format=None if defer else "f16")
-        return self._out_bias(name, y.reshape(*lead, weight.shape[0]), bias, (-1,), on_grid=not defer)
+        return self._out_bias(name, _reshape(y, (*lead, weight.shape[0])), bias, (-1,), on_grid=not defer)
 
     def matmul(self, a, b, *, name):
         fp8 = self._fp8_operands(name)
@@ -261,58 +336,97 @@ class IpuOps(Ops):
 
     # -- data entering the device ------------------------------------------------------------------------------
     def input(self, x, *, name):
+        library = _foreign(x)
+        if library is not None:  # a new array: the caller's is not rounded
+            return self._out(name, library.xp.astype(x, library.xp.float32, copy=True))
         return self._out(name, np.array(x, np.float32))  # a copy: the caller's array is not rounded
 
     def embedding(self, table, ids, *, name):
         self.ops_seen.add(name)
-        rows = np.take(self._param_f16(table), ids, axis=0)  # a Gather of FP16 rows: exact
+        if _foreign(table, ids) is not None:
+            rows = _SILENT.embedding(self._param_f16(table), ids, name=name)
+        else:
+            rows = np.take(self._param_f16(table), ids, axis=0)  # a Gather of FP16 rows: exact
         return self._emit(name, self._mark(rows))
 
     # -- elementwise: FP16 operands, FP32 arithmetic, FP16 result ----------------------------------------------
+    def _fp32(self, op: str, *operands, **options):
+        """The FP32 op ``op`` (of :class:`~models.ops.Ops`) on arrays of another library than numpy's: the same
+        float32 arithmetic as the numpy code beside each call, in the library's functions."""
+        return getattr(_SILENT, op)(*operands, name="", **options)
+
     def add(self, a, b, *, name):
-        return self._out_op(name, "add", self._f16(a), self._f16(b))
+        return self._out_op(name, "add", *self._f16_pair(a, b))
 
     def sub(self, a, b, *, name):
-        return self._out_op(name, "sub", self._f16(a), self._f16(b))
+        return self._out_op(name, "sub", *self._f16_pair(a, b))
 
     def mul(self, a, b, *, name):
-        return self._out_op(name, "mul", self._f16(a), self._f16(b))
+        return self._out_op(name, "mul", *self._f16_pair(a, b))
 
     def div(self, a, b, *, name):
         # FP32 division of FP16 operands rounded once to FP16: IEEE FP16 division (FP32 holds the exact quotient's
         # FP16 rounding unchanged), as the IPU's f16 divide
+        if _foreign(a, b) is not None:
+            return self._out_op(name, "div", *self._f16_pair(a, b))
         return self._out(name, np.divide(self._f16(a), self._f16(b), dtype=np.float32))
 
     def sqrt(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("sqrt", self._f16(x)))
         return self._out(name, np.sqrt(self._f16(x)))
 
     def pow(self, x, exponent: float, *, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("pow", self._f16(x), exponent))
         return self._out(name, np.power(self._f16(x), np.float32(exponent)))
 
     def relu(self, x, *, name):
         self.ops_seen.add(name)
+        if _foreign(x) is not None:
+            return self._emit(name, self._mark(self._fp32("relu", self._f16(x))))  # exact on the grid
         return self._emit(name, self._mark(np.maximum(self._f16(x), np.float32(0))))  # exact on the grid
 
     def gelu(self, x, *, approximate="none", name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("gelu", self._f16(x), approximate=approximate))
         return self._out(name, gelu_fp32(self._f16(x), approximate))
 
     def sigmoid(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("sigmoid", self._f16(x)))
         return self._out(name, sigmoid_fp32(self._f16(x)))
 
     def silu(self, x, *, name):
         x = self._f16(x)
+        if _foreign(x) is not None:
+            return self._out_op(name, "mul", x, self._fp32("sigmoid", x))
         return self._out_op(name, "mul", x, sigmoid_fp32(x))
 
     def tanh(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("tanh", self._f16(x)))
         return self._out(name, np.tanh(self._f16(x)))
 
     def glu(self, x, *, axis, name):
+        if _foreign(x) is not None:
+            x = self._f16(x)
+            half = x.shape[axis] // 2
+            a, b = (_take_range(x, axis, start, start + half) for start in (0, half))
+            return self._out_op(name, "mul", a, self._fp32("sigmoid", b))
         a, b = np.split(self._f16(x), 2, axis=axis)
         return self._out_op(name, "mul", a, sigmoid_fp32(b))
 
     # -- norms and reductions: FP32 statistics, FP16 result ----------------------------------------------------
     def layer_norm(self, x, gamma, beta, *, eps, name):
         x = self._f16(x)
+        library = _foreign(x)
+        if library is not None:
+            xp = library.xp
+            centred = x - xp.mean(x, axis=-1, keepdims=True)
+            var = xp.mean(centred * centred, axis=-1, keepdims=True)
+            scaled = centred / xp.sqrt(var + float(np.float32(eps))) * self._param_f16(gamma)
+            return self._out_op(name, "add", scaled, self._param_f16(beta), temporary=True)
         mean = x.mean(axis=-1, keepdims=True, dtype=np.float32)
         centred = x - mean
         var = np.mean(centred * centred, axis=-1, keepdims=True, dtype=np.float32)
@@ -323,57 +437,91 @@ class IpuOps(Ops):
         def fold(_):
             # the running statistics and affine parameters are FP16 tensors; the folded scale/shift in FP32
             g, b, m, v = (self._param_f16(p) for p in (gamma, beta, mean, var))
+            library = _foreign(g)
+            if library is not None:
+                xp = library.xp
+                inv = xp.astype(g / xp.sqrt(v + float(np.float32(eps))), xp.float32)
+                return inv, xp.astype(b - m * inv, xp.float32)
             inv = (g / np.sqrt(v + np.float32(eps))).astype(np.float32)
             return inv, (b - m * inv).astype(np.float32)
 
         inv, shift = self._param(gamma, ("bn", id(mean), id(var), id(beta), float(eps)), fold)
         shape = [1] * x.ndim
         shape[axis] = -1
-        return self._out_op(name, "add", self._f16(x) * inv.reshape(shape), shift.reshape(shape), temporary=True)
+        return self._out_op(name, "add", self._f16(x) * _reshape(inv, shape), _reshape(shift, shape), temporary=True)
 
     def softmax(self, x, *, axis=-1, name):
         x = self._f16(x)
+        library = _foreign(x)
+        if library is not None:
+            xp = library.xp
+            e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+            return self._out_op(name, "div", e, xp.sum(e, axis=axis, keepdims=True), temporary=True)
         e = np.subtract(x, x.max(axis=axis, keepdims=True), dtype=np.float32)
         np.exp(e, out=e)
         return self._out_op(name, "div", e, e.sum(axis=axis, keepdims=True, dtype=np.float32), temporary=True)
 
     def mean(self, x, *, axis, keepdims=False, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("mean", self._f16(x), axis=axis, keepdims=keepdims))
         return self._out(name, self._f16(x).mean(axis=axis, keepdims=keepdims, dtype=np.float32))
 
     def max_pool2d(self, x, *, kernel, stride, padding=0, name):
         self.ops_seen.add(name)
         y = _SILENT.max_pool2d(self._f16(x), kernel=kernel, stride=stride, padding=padding, name=name)
+        if _foreign(y) is not None:
+            return self._emit(name, self._mark(y))  # a max of grid values is on the grid
         return self._emit(name, self._mark(np.ascontiguousarray(y)))  # a max of grid values is on the grid
 
     # -- further ops of imported graphs ----------------------------------------------------------------------------
     def _exact(self, name: str, y) -> np.ndarray:
         """An op whose result of FP16 operands is itself on the FP16 grid (a selection, a sign change): no rounding."""
         self.ops_seen.add(name)
+        library = _foreign(y)
+        if library is not None:
+            return self._emit(name, self._mark(library.xp.astype(y, library.xp.float32, copy=False)))
         return self._emit(name, self._mark(np.ascontiguousarray(y, np.float32)))
 
     def maximum(self, a, b, *, name):
+        if _foreign(a, b) is not None:
+            return self._exact(name, self._fp32("maximum", *self._f16_pair(a, b)))
         return self._exact(name, np.maximum(self._f16(a), self._f16(b)))
 
     def minimum(self, a, b, *, name):
+        if _foreign(a, b) is not None:
+            return self._exact(name, self._fp32("minimum", *self._f16_pair(a, b)))
         return self._exact(name, np.minimum(self._f16(a), self._f16(b)))
 
     def abs(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._exact(name, self._fp32("abs", self._f16(x)))
         return self._exact(name, np.abs(self._f16(x)))
 
     def neg(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._exact(name, self._fp32("neg", self._f16(x)))
         return self._exact(name, np.negative(self._f16(x)))
 
     def sign(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._exact(name, self._fp32("sign", self._f16(x)))
         return self._exact(name, np.sign(self._f16(x)))
 
     def ceil(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._exact(name, self._fp32("ceil", self._f16(x)))
         return self._exact(name, np.ceil(self._f16(x)))  # FP16 values of magnitude >= 1024 are integers
 
     def floor(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._exact(name, self._fp32("floor", self._f16(x)))
         return self._exact(name, np.floor(self._f16(x)))
 
     def clip(self, x, low=None, high=None, *, name):
         y = self._f16(x)  # the bounds are FP16 tensors on the device
+        if _foreign(y) is not None:
+            bounds = [None if v is None else float(self.round_f16(np.float32(v))) for v in (low, high)]
+            return self._exact(name, self._fp32("clip", y, *bounds))
         if low is not None:
             y = np.maximum(y, self.round_f16(np.float32(low)))
         if high is not None:
@@ -381,18 +529,26 @@ class IpuOps(Ops):
         return self._exact(name, y)
 
     def exp(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("exp", self._f16(x)))
         with np.errstate(over="ignore"):
             return self._out(name, np.exp(self._f16(x)))
 
     def log(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("log", self._f16(x)))
         with np.errstate(divide="ignore", invalid="ignore"):
             return self._out(name, np.log(self._f16(x)))
 
     def reciprocal(self, x, *, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("reciprocal", self._f16(x)))
         with np.errstate(divide="ignore"):
             return self._out(name, np.reciprocal(self._f16(x)))
 
     def mod(self, a, b, *, name):
+        if _foreign(a, b) is not None:  # fmod of FP16 operands is exact: no rounding changes it
+            return self._out(name, self._fp32("mod", *self._f16_pair(a, b)))
         with np.errstate(invalid="ignore", divide="ignore"):  # fmod of FP16 operands is exact: no rounding changes it
             return self._out(name, np.fmod(self._f16(a), self._f16(b), dtype=np.float32))
 
@@ -403,19 +559,38 @@ class IpuOps(Ops):
         return self._out(name, _SILENT.hard_swish(self._f16(x), name=name))
 
     def sum(self, x, *, axis, keepdims=False, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("sum", self._f16(x), axis=axis, keepdims=keepdims))
         return self._out(name, np.asarray(np.sum(self._f16(x), axis=axis, keepdims=keepdims, dtype=np.float32)))
 
     def cumsum(self, x, *, axis, exclusive=False, reverse=False, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("cumsum", self._f16(x), axis=axis, exclusive=exclusive, reverse=reverse))
         return self._out(name, cumsum_fp32(self._f16(x), axis, exclusive, reverse))
 
     def instance_norm(self, x, gamma, beta, *, eps, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("instance_norm", self._f16(x), self._param_f16(gamma),
+                                              self._param_f16(beta), eps=eps))
         return self._out(name, instance_norm_fp32(self._f16(x), self._param_f16(gamma), self._param_f16(beta), eps))
 
     def interpolate(self, x, rows, cols, *, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("interpolate", self._f16(x), rows, cols))
         return self._out(name, interpolate_fp32(self._f16(x), rows, cols))
 
     def avg_pool2d(self, x, divisor, *, kernel, stride, name):
+        if _foreign(x) is not None:
+            return self._out(name, self._fp32("avg_pool2d", self._f16(x), divisor, kernel=kernel, stride=stride))
         return self._out(name, window_sums(self._f16(x), kernel, stride) / np.asarray(divisor, np.float32))
+
+
+def _transposed(w):
+    """A linear weight (out, in) as the (in, out) C-ordered matrix the kernel takes as its ``b``."""
+    library = _foreign(w)
+    if library is None:
+        return np.ascontiguousarray(w.T)
+    return library.contiguous(library.xp.permute_dims(w, (1, 0)))
 
 
 # FP32 reference ops without a recorder, for reusing exact ops (max pooling) inside IpuOps.
