@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.numerics.format_table import FP8_FORMATS, format_info
+from models.arrays import _numpy_like
 
 DEFAULT = "numpy"
 LIBRARIES = ("numpy", "torch")
@@ -236,8 +237,6 @@ _LIBRARIES: dict[tuple[str, str], ArrayLibrary] = {}
 def library_of(x) -> ArrayLibrary | None:
     """The library and device of array ``x`` when it is another library's than numpy's (a torch tensor); None for what
     numpy computes on (its arrays and scalars, Python numbers and sequences)."""
-    from models.arrays import _numpy_like
-
     if isinstance(x, np.ndarray) or _numpy_like(x):
         return None
     name = type(x).__module__.partition(".")[0]
