@@ -140,6 +140,11 @@ OP_METHODS = ("input", "embedding", "linear", "matmul", "conv2d", "add", "sub", 
 
 
 def _as_fp32(value):
+    """An operand of the FP32 reference op: float arrays as float32 numpy arrays. Another library's arrays (the
+    emulator's on ``--array``) come to the host, so that the reference is numpy's whatever library the hardware's ops
+    computed on (the local errors are then numpy's wherever the hardware's results are)."""
+    if library_of(value) is not None:
+        value = host_array(value)
     if isinstance(value, np.ndarray) and value.dtype.kind == "f":
         return value.astype(np.float32, copy=False)
     return value
