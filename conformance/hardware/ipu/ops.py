@@ -438,12 +438,11 @@ class IpuOps(Ops):
             # the running statistics and affine parameters are FP16 tensors; the folded scale/shift in FP32
             g, b, m, v = (self._param_f16(p) for p in (gamma, beta, mean, var))
             library = _foreign(g)
-            if library is not None:
-                xp = library.xp
-                inv = xp.astype(g / xp.sqrt(v + float(np.float32(eps))), xp.float32)
-                return inv, xp.astype(b - m * inv, xp.float32)
+            if library is not None:  # folded once on the host (numpy's correctly rounded sqrt), then moved once
+                g, b, m, v = (host_array(p) for p in (g, b, m, v))
             inv = (g / np.sqrt(v + np.float32(eps))).astype(np.float32)
-            return inv, (b - m * inv).astype(np.float32)
+            shift = (b - m * inv).astype(np.float32)
+            return (inv, shift) if library is None else (library.asarray(inv), library.asarray(shift))
 
         inv, shift = self._param(gamma, ("bn", id(mean), id(var), id(beta), float(eps)), fold)
         shape = [1] * x.ndim
