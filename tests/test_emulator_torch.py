@@ -3,9 +3,9 @@ torch once, the model moves its parameters once (``Model.params_like``), and eve
 forward computes on torch tensors; only the outputs come back to numpy, once.
 
 numpy stays the reference (tests/test_emulator_bitexact.py); here the same forward on torch gives numpy's outputs:
-bit for bit where every op is elementwise or a half-partials matrix op (the roundings are bit-exact on every library
-and the blocks hold the same products), and within FP16 roundings where torch sums in another order (FP32 partials,
-reductions, its transcendental functions)."""
+bit for bit where every op is an add, sub, mul, div, selection or half-partials matrix op (the roundings are
+bit-exact on every library and the blocks hold the same products), and within FP16 roundings where torch sums in
+another order (FP32 partials, reductions) or rounds otherwise (its sqrt and transcendental functions)."""
 
 from __future__ import annotations
 
