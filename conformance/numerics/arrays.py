@@ -240,6 +240,8 @@ def library_of(x) -> ArrayLibrary | None:
     if isinstance(x, np.ndarray) or _numpy_like(x):
         return None
     name = type(x).__module__.partition(".")[0]
+    if name == "builtins":  # Python's own objects (numbers, bytes, names): what numpy computes on, never a device's
+        return None
     if name not in LIBRARIES:
         raise ArrayLibraryError(f"arrays of {name} ({type(x).__name__}) are not supported; expected numpy arrays or "
                                 f"those of: {', '.join(n for n in LIBRARIES if n != 'numpy')}")
