@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.numerics.format_table import FP8_FORMATS, format_info
-from models.arrays import _numpy_like
+from models.arrays import _numpy_like, conv2d
 
 DEFAULT = "numpy"
 LIBRARIES = ("numpy", "torch")
@@ -144,8 +144,6 @@ class ArrayLibrary:
     def conv2d_fp32(self, x, w, stride, padding, dilation, groups: int):
         """The library's own FP32 NCHW convolution (float partials: any FP32 summation order is within the bound;
         TF32 off on CUDA, :func:`models.arrays.conv2d`)."""
-        from models.arrays import conv2d
-
         return conv2d(x, w, stride, padding, dilation, groups)
 
 
