@@ -320,13 +320,7 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     ``overflow``: ``"sat"`` or ``"nan"`` for FP16 roundings.
     """
     partials, block, out_format = _settings(partials, operand_format, block, rounding, rng, out_format, overflow)
-    given = arrays.library_of(a) or arrays.library_of(b)
-    if given is not None:  # arrays of another library: computed on their device, returned there
-        a = _library_operand(given, a, "matmul operand a")
-        b = _library_operand(given, b, "matmul operand b")
-    else:
-        a = _float_operand(a, "matmul operand a")
-        b = _float_operand(b, "matmul operand b")
+    given, a, b = _operands(a, b, "matmul operand a", "matmul operand b")
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(
             f"matmul needs a (..., M, K) and b (..., K, N) with at least 2 axes each, got a {a.shape}, b {b.shape}")
@@ -365,6 +359,15 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
                                   nearest_rounding("f16", 0, overflow, signed_zero=False))
         return library.to_numpy(y).reshape(batch + (m, n))
     return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
+
+
+def _operands(first, second, first_name: str, second_name: str):
+    """(library, first, second): the operands checked, on another library's device when either is its array (computed
+    there, the result returned there; library None for numpy)."""
+    given = arrays.library_of(first) or arrays.library_of(second)
+    if given is not None:
+        return given, _library_operand(given, first, first_name), _library_operand(given, second, second_name)
+    return None, _float_operand(first, first_name), _float_operand(second, second_name)
 
 
 def _library_operand(library, v, what: str):
@@ -443,13 +446,7 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
     (O, C / groups, kh, kw); ``stride``, ``padding`` (zeros, both sides), ``dilation``: an int or a pair.
     The reduction over (kh, kw, C / groups) is an im2col matmul; the other options are those of :func:`matmul`."""
     partials, block, out_format = _settings(partials, operand_format, block, rounding, rng, out_format, overflow)
-    given = arrays.library_of(x) or arrays.library_of(w)
-    if given is not None:  # arrays of another library: computed on their device, returned there
-        x = _library_operand(given, x, "conv2d input x")
-        w = _library_operand(given, w, "conv2d weight w")
-    else:
-        x = _float_operand(x, "conv2d input x")
-        w = _float_operand(w, "conv2d weight w")
+    given, x, w = _operands(x, w, "conv2d input x", "conv2d weight w")
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"conv2d needs x (N, C, H, W) and w (O, C/groups, kh, kw), got x {x.shape}, w {w.shape}")
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
