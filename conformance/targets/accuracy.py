@@ -299,21 +299,27 @@ def load_targets(path: Path | None = None) -> tuple[Gate, ...]:
 def _load_targets(path: Path, suite_file: Path) -> tuple[Gate, ...]:
     gates = _read_targets(path)
     if path == suite_file:
-        for hardware, extra in backend_files(suite_file.name):
-            found = _read_targets(extra)
-            other = sorted({g.hardware for g in found} - {hardware})
-            if other:
-                raise TargetsError(f"{extra}: the {hardware!r} backend's targets may only hold [{hardware}.*] tables, "
-                                   f"not {other}")
-            gates.extend(found)
-        for model, extra in model_files(suite_file.name):
-            found = _read_targets(extra)
-            other = sorted({g.model for g in found} - {model})
-            if other:
-                raise TargetsError(f"{extra}: model {model!r}'s gates may only hold [<hardware>.{model}.*] tables, "
-                                   f"not those of {other}")
-            gates.extend(found)
+        gates += _owned_gates(backend_files(suite_file.name), "hardware",
+                              lambda owner, other: f"the {owner!r} backend's targets may only hold [{owner}.*] tables, "
+                                                   f"not {other}")
+        gates += _owned_gates(model_files(suite_file.name), "model",
+                              lambda owner, other: f"model {owner!r}'s gates may only hold [<hardware>.{owner}.*] "
+                                                   f"tables, not those of {other}")
     return tuple(gates)
+
+
+def _owned_gates(files, field: str, refusal) -> list[Gate]:
+    """The gates of ``(owner, file)`` pairs shipped beside the suite (a backend's, a model's), each file holding only
+    its owner's tables (``field`` of every gate equal to the owner; ``refusal(owner, others)`` says what it holds
+    otherwise)."""
+    gates = []
+    for owner, extra in files:
+        found = _read_targets(extra)
+        other = sorted({getattr(g, field) for g in found} - {owner})
+        if other:
+            raise TargetsError(f"{extra}: {refusal(owner, other)}")
+        gates.extend(found)
+    return gates
 
 
 def gates_for(hardware: str, model: str, precision: str, path: Path | None = None) -> list[Gate]:
