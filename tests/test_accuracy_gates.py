@@ -188,3 +188,27 @@ def test_unknown_precision_is_a_usage_error_listing_the_valid_ones(run):
     assert "unknown precision(s) 'fp4'" in err
     for name in get_backend("ipu").precisions:
         assert name in err
+
+
+@pytest.mark.parametrize("owner_kind, body, says", [
+    ("hardware", '[ipu.bert-base.fp16]\nsnr_db = { min = 30.0 }\n',
+     "the 'cpu' backend's targets may only hold [cpu.*] tables, not ['ipu']"),
+    ("model", '[ipu.albert.fp16]\nsnr_db = { min = 30.0 }\n',
+     "model 'bert-base''s gates may only hold [<hardware>.bert-base.*] tables, not those of ['albert']"),
+])
+def test_tables_shipped_beside_the_suite_hold_only_their_owners(tmp_path, monkeypatch, owner_kind, body, says):
+    """A backend's or a model's own accuracy.toml that holds another hardware's or model's tables is refused, naming
+    the file and what it may hold."""
+    extra = tmp_path / "accuracy.toml"
+    extra.write_text(body)
+    owner = "cpu" if owner_kind == "hardware" else "bert-base"
+    monkeypatch.setattr(accuracy_targets, "backend_files",
+                        lambda name: [(owner, extra)] if owner_kind == "hardware" else [])
+    monkeypatch.setattr(accuracy_targets, "model_files", lambda name: [(owner, extra)] if owner_kind == "model" else [])
+    accuracy_targets._load_targets.cache_clear()
+    try:
+        with pytest.raises(accuracy_targets.TargetsError) as caught:
+            accuracy_targets.load_targets()
+    finally:
+        accuracy_targets._load_targets.cache_clear()
+    assert str(extra) in str(caught.value) and says in str(caught.value), str(caught.value)
