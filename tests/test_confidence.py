@@ -10,7 +10,8 @@ from scipy.stats import binomtest
 
 from conformance.accuracy import confidence
 from conformance.accuracy.evaluation import compute_metrics, evaluate
-from conformance.accuracy.metrics import TaskMetric, auc_metric, auc_placements, mean_metric, roc_auc
+from conformance.accuracy.metrics import (TaskMetric, auc_metric, auc_placements, mean_metric, resampled_roc_auc,
+                                          roc_auc)
 from conformance.targets.accuracy import parse_targets
 
 
@@ -51,6 +52,35 @@ def test_paired_bootstrap_is_seeded_and_covers_the_estimate():
     assert first == second and first.method == "paired bootstrap"
     assert first.low < metric.value / base.value < first.high
     assert first.high - first.low < 0.05  # paired: the shared variation of the two AUCs cancels
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.25, 0.5, 1.0, -0.0, float("nan"), float("inf")]) | st.floats(-2, 2),
+                          st.booleans()), min_size=1, max_size=40),
+       st.integers(1, 12), st.integers(0, 2**32 - 1), st.sampled_from([1, 7, 1 << 16]))
+def test_resampled_auc_is_roc_auc_of_each_resample_bit_for_bit(rows, count, seed, chunk):
+    """The bootstrap's vectorised AUC (counts per group of tied scores) against the rank-sum form on each resample:
+    ties, signed zeros, NaN and infinite scores, one class absent, chunks of one row or of all."""
+    scores = np.array([s for s, _ in rows])
+    labels = np.array([y for _, y in rows], np.int8)
+    resamples = np.random.default_rng(seed).integers(0, len(rows), size=(count, len(rows)))
+    expected = np.array([roc_auc(scores[idx], labels[idx]) for idx in resamples])
+    got = resampled_roc_auc(scores, labels, resamples, chunk)
+    assert np.array_equal(got, expected, equal_nan=True), (got, expected)
+
+
+def test_the_auc_bootstrap_interval_is_the_per_resample_loops():
+    rng = np.random.default_rng(3)
+    labels = rng.random(600) < 0.3
+    scores = np.round(labels * 0.6 + rng.random(600), 2)  # ties
+    noisy = scores + np.round(rng.normal(0, 0.05, 600), 2)
+    vectorised = confidence.ratio_interval(auc_metric(noisy, labels), auc_metric(scores, labels))
+    looped = confidence.ratio_interval(
+        TaskMetric(600, lambda idx: roc_auc(noisy[idx], labels[idx]), placements=auc_placements(noisy, labels)),
+        TaskMetric(600, lambda idx: roc_auc(scores[idx], labels[idx]), placements=auc_placements(scores, labels)))
+    assert vectorised == looped
+    assert confidence.value_interval(auc_metric(noisy, labels)) == confidence.value_interval(
+        TaskMetric(600, lambda idx: roc_auc(noisy[idx], labels[idx])))
 
 
 def _gates(spec: str):

@@ -78,8 +78,7 @@ def value_interval(metric: TaskMetric, level: float = LEVEL) -> Interval:
     """The interval of the metric itself."""
     if metric.scores is not None:
         return clopper_pearson(float(metric.scores.sum()), metric.units, level)
-    stats = np.array([metric.statistic(idx) for idx in _resamples(metric.units)])
-    return _percentiles(stats, level, "bootstrap")
+    return _percentiles(metric.statistics(_resamples(metric.units)), level, "bootstrap")
 
 
 def _pair_counts(scores: np.ndarray, base_scores: np.ndarray) -> tuple[float, float, float]:
@@ -143,11 +142,11 @@ def ratio_interval(metric: TaskMetric, base: TaskMetric, level: float = LEVEL) -
         if np.all(base.scores == 1.0):
             return clopper_pearson(float(metric.scores.sum()), metric.units, level)
         return _at_most_agreeing(discordant_interval(metric.scores, base.scores, level), metric.units, level)
-    ratios = []
-    for idx in _resamples(metric.units):
-        denominator = base.statistic(idx)
-        ratios.append(metric.statistic(idx) / denominator if denominator else math.nan)
-    interval = _percentiles(np.array(ratios, np.float64), level, "paired bootstrap")
+    resamples = _resamples(metric.units)
+    denominators = base.statistics(resamples)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = np.where(denominators != 0, metric.statistics(resamples) / denominators, math.nan)
+    interval = _percentiles(ratios, level, "paired bootstrap")
     if metric.placements is not None and base.placements is not None and not math.isnan(interval.low):
         bounds = [discordant_interval(own, theirs, level) for own, theirs in zip(metric.placements, base.placements)
                   if len(own) == len(theirs) and len(own)]
