@@ -22,7 +22,7 @@ from conformance.report import baseline, compare, merge, shard, verify, xfails
 from conformance.report import record as results_record
 from conformance.report.collect import assign_ids
 from conformance.targets import compare as holds
-from tests.sample_results import sample_results
+from tests.sample_results import SAMPLE, sample_results
 
 F1 = "accuracy/bert-base/fp16/-/f1@0.99xfp32"
 EARLIER = "the earlier report\n"
@@ -449,3 +449,74 @@ def test_targets_and_gating_are_the_tables_of_the_files_version():
     assert any("the tables have no such gate for bert-base fp16 on ipu" in p for p in verify.problems(unknown))
     data["settings"]["tables"] = "f" * 64
     assert [p for p in verify.problems(data) if "other target tables" in p]
+
+
+def failing_f1_run() -> dict:
+    """The passing run with its F1 gate failed (its figure below the target, its test failed): a consistent FAIL."""
+    data = passing_results()
+    find(data, F1).update(value=0.5, passed=False, established=False)
+    find(data, F1)["details"].update(ci95=[0.4, 0.6], ratio_ci95=[0.4, 0.6])
+    fail_test(data, "test_accuracy[bert-base-fp16]", records_too=True)
+    data["verdict"], data["exit_status"] = "FAIL", 1
+    assert verify.problems(data) == []
+    return data
+
+
+def disguised(data: dict, unversioned: bool) -> dict:
+    """The failed F1 gate hidden: renamed to a check no table has (``f1x``), made informational, its test passed and
+    the run PASS; with ``unversioned``, the file's tables version removed too (as an older suite wrote it)."""
+    data = copy.deepcopy(data)
+    record = find(data, F1)
+    record.update(check="f1x", gating=False)
+    next(t for t in data["tests"] if t["id"] == record["test_id"]).update(outcome="passed", message="")
+    for other in data["records"]:
+        if other["test_id"] == record["test_id"]:
+            other["outcome"] = "passed"
+    data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in data["records"]])
+    data["verdict"], data["exit_status"] = "PASS", 0
+    if unversioned:
+        del data["settings"]["tables"]
+    return data
+
+
+UNVERSIONED = ("records no target tables version (settings.tables): a results file written by an older suite",
+               "whose targets and gating cannot be checked against this suite's tables", "re-run it with this suite")
+
+
+@pytest.mark.parametrize("unversioned", [True, False], ids=["unversioned", "versioned"])
+def test_a_failed_gate_renamed_and_made_informational_is_refused(unversioned, tmp_path, capsys):
+    """A failing run edited to show PASS: its failed gate renamed to a check the tables do not know and made
+    informational. Without a tables version the file is refused as one whose targets and gating cannot be checked;
+    with this suite's version, the renamed check is refused as a gate the tables do not have. By ``report``, ``report
+    compare`` (as the later run, which would otherwise be shown not worse), ``report validate`` and ``--baseline``."""
+    attack = disguised(failing_f1_run(), unversioned)
+    says = UNVERSIONED if unversioned else (
+        "record accuracy/bert-base/fp16/-/f1x (test conformance/test_accuracy.py::test_accuracy[bert-base-fp16], check "
+        "f1x): the tables have no such gate for bert-base fp16 on ipu",)
+    found = verify.problems(attack)
+    assert len(found) == 1 and all(w in found[0] for w in says), found  # nothing else gives the edit away
+    bad = write(tmp_path, "attack.json", attack)
+    failing = write(tmp_path, "failing.json", failing_f1_run())
+    for args in (["report", bad], ["report", "compare", failing, bad], ["report", "validate", bad]):
+        code, text = run(args, capsys)
+        assert code == 4, f"{args}: exit {code}\n{text}"
+        missing = [w for w in (str(bad), "inconsistent results file", *says) if w not in text]
+        assert not missing, f"{args}: the message lacks {missing}:\n{text}"
+        assert "conformance PASS" not in text and "not worse" not in text
+    with pytest.raises(baseline.BaselineError, match="inconsistent results file"):
+        baseline.load_baseline(bad, passing_results())
+
+
+def test_a_file_of_the_suites_tests_without_a_tables_version_is_refused(tmp_path, capsys):
+    """The sample as an older suite wrote it, with no tables version: refused, however consistent its records are; a
+    file of no suite test (a plugin's own) has no tables to be checked against and is not."""
+    code, text = run(["report", "validate", SAMPLE], capsys)
+    assert code == 4 and all(w in text for w in (str(SAMPLE), *UNVERSIONED)), text
+    data = passing_results()
+    del data["settings"]["tables"]
+    assert [p for p in verify.problems(data) if UNVERSIONED[0] in p]
+    for item in data["tests"]:
+        item["id"] = item["id"].replace("conformance/", "plugin/")
+    for item in data["records"]:
+        item["test_id"] = item["test_id"].replace("conformance/", "plugin/")
+    assert verify.problems(data) == []
