@@ -7,7 +7,6 @@ of ``predict --json``."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -20,13 +19,13 @@ import pytest
 
 from conformance.cli import build_parser
 from conformance.hardware.ipu.timing.predict import JSON_KEYS as PREDICT_JSON_KEYS
+from tests.sample_results import sample_results
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 OPTIONS_PAGE = DOCS / "options.md"
 REPORTS_PAGE = DOCS / "reports.md"
 PERFORMANCE_PAGE = DOCS / "performance.md"
-SAMPLE_RESULTS = REPO / "tests" / "snapshots" / "report_sample_results.json"
 CLI = "ipu-conformance"
 # an option of the suite's group that identifies the group's section in ``pytest --help``
 GROUP_MARKER = "--hardware"
@@ -266,7 +265,7 @@ def test_every_long_option_the_pages_name_exists():
 
 
 def test_the_reports_page_names_every_key_of_results_json():
-    sample = json.loads(SAMPLE_RESULTS.read_text(encoding="utf-8"))
+    sample = sample_results()
     text = section(REPORTS_PAGE, "results.json")
     missing = [f"top-level key {key!r}" for key in sample if f"`{key}`" not in text]
     missing += [f"record field {key!r}" for key in sample["records"][0] if f"`{key}`" not in text]

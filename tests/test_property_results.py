@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from conformance.cli import main as cli_main
 from conformance.report import record as results_record
 from conformance.targets import compare
-from tests.test_report_verify import SAMPLE, passing_results, shards_of
+from tests.sample_results import sample_results
+from tests.test_report_verify import passing_results, shards_of
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -31,7 +32,7 @@ PROPERTY = settings(max_examples=60, deadline=None, database=None, derandomize=T
 def failing_run() -> dict:
     """The sample run without its regressions (what an edit could remove without a trace): it fails on its figures
     alone (a conformer SNR and a SingleStream latency), with one gate waived by a known failure."""
-    data = json.loads(SAMPLE.read_text())
+    data = sample_results()
     data["regressions"], data["settings"]["baseline"] = [], None
     judgement = results_record.judgement_of(data)
     data["verdict"], data["exit_status"] = judgement.verdict, judgement.exit_status

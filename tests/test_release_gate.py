@@ -5,7 +5,6 @@ the gated checks established."""
 from __future__ import annotations
 
 import copy
-import json
 import re
 import subprocess
 import sys
@@ -13,9 +12,9 @@ from pathlib import Path
 
 from conformance.report import render
 from conformance.targets.profiles import PROFILE_NAMES, RELEASE_PROFILE, load_profiles, profile_role
+from tests.sample_results import sample_results
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "tests" / "snapshots" / "report_sample_results.json"
 
 
 def test_only_the_release_profile_is_called_the_release_gate():
@@ -42,7 +41,7 @@ def test_help_says_which_profile_is_the_release_gate():
 
 
 def test_the_summary_line_names_the_gate_and_counts_the_established_checks():
-    sample = json.loads(SAMPLE.read_text())
+    sample = sample_results()
     counts = render.check_counts(sample)
     assert counts["PASS*"] >= 1
     line = render.verdict_line(sample)
@@ -56,6 +55,6 @@ def test_the_summary_line_names_the_gate_and_counts_the_established_checks():
 
 
 def test_a_release_run_with_other_sample_counts_is_not_the_release_gate():
-    release = json.loads(SAMPLE.read_text())
+    release = sample_results()
     release["settings"].update(profile="release", samples={"widedeep": 8})
     assert "profile=release (not the release gate: --samples replaced its counts)" in render.verdict_line(release)

@@ -19,6 +19,7 @@ import pytest
 
 from conformance.cli import main as cli_main
 from conformance.report import record, render, reportdir, session
+from tests.sample_results import sample_file
 
 # the real fixtures; the environment makes a run kill itself while it writes its report
 CONFTEST = """
@@ -442,25 +443,23 @@ def test_xdist_workers_write_into_the_staged_set(suite):
     assert leftovers(suite) == []
 
 
-SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
-
-
 def test_report_command_write_errors_are_exit_3(tmp_path, capsys, monkeypatch):
+    sample = str(sample_file(tmp_path))
     directory = tmp_path / "a-directory"
     directory.mkdir()
-    assert cli_main(["report", str(SAMPLE), "--format", "md", "--out", str(directory)]) == 3
+    assert cli_main(["report", sample, "--format", "md", "--out", str(directory)]) == 3
     assert f"ipu-conformance report: error: cannot write {directory}: Is a directory" in capsys.readouterr().err
     blocked = tmp_path / "file" / "merged.json"
     (tmp_path / "file").write_text("")
-    assert cli_main(["report", str(SAMPLE), "--out", str(tmp_path / "ok.md"), "--merged-json", str(blocked)]) == 3
+    assert cli_main(["report", sample, "--out", str(tmp_path / "ok.md"), "--merged-json", str(blocked)]) == 3
     assert f"cannot write {blocked}: " in capsys.readouterr().err
     assert cli_main(["report", str(tmp_path)]) == 4  # unusable input: a directory, not a results file
-    assert cli_main(["report", str(SAMPLE)]) == 1  # the sample's verdict
+    assert cli_main(["report", sample]) == 1  # the sample's verdict
 
     def broken(results):
         raise RuntimeError("renderer bug")
     monkeypatch.setitem(render.FORMATS, "terminal", broken)
-    assert cli_main(["report", str(SAMPLE)]) == 3  # a bug is an internal error, not a verdict
+    assert cli_main(["report", sample]) == 3  # a bug is an internal error, not a verdict
     assert "ipu-conformance report: internal error" in capsys.readouterr().err
 
 

@@ -5,22 +5,20 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from conformance.report import baseline
 from conformance.report.collect import assign_ids
 from conformance.targets import regression
+from tests.sample_results import sample_results
 from tests.test_bad_inputs import HARDWARE_CHOICES
 from tests.test_report_plugin import set_values, suite  # noqa: F401  (a small suite of the plugin, its fixture)
-
-SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
 
 
 @pytest.fixture
 def sample() -> dict:
-    return json.loads(SAMPLE.read_text())
+    return sample_results()
 
 
 @pytest.fixture
@@ -39,9 +37,9 @@ def test_identical_run_has_no_regression(sample, tolerances):
 @pytest.mark.parametrize(
     "record_id, factor",
     [
-        ("accuracy/bert-base/fp8/-/f1_ratio", 0.99),  # accuracy drop (>= check goes down)
-        ("performance/resnet50/fp8/Offline/samples_per_s", 0.90),  # throughput drop
-        ("performance/resnet50/fp8/Server/p99_latency_ms", 1.10),  # latency rise (<= check goes up)
+        ("accuracy/bert-base/fp8/-/f1@0.99xfp32", 0.99),  # accuracy drop (>= check goes down)
+        ("performance/resnet50/fp8/Offline/samples_per_second", 0.90),  # throughput drop
+        ("performance/resnet50/fp8/Server/p99_latency_ms_at_target_qps", 1.10),  # latency rise (<= check goes up)
     ],
 )
 def test_injected_regression_is_listed(sample, tolerances, record_id, factor):
@@ -71,14 +69,14 @@ def test_changes_within_tolerance_and_improvements_pass(sample, tolerances):
     strip_timing(sample["records"])
     current = copy.deepcopy(sample["records"])
     perf = tolerances["performance"]["rel"]
-    find(current, "performance/resnet50/fp8/Offline/samples_per_s")["value"] *= 1 - perf / 2
-    find(current, "performance/resnet50/fp8/Server/p99_latency_ms")["value"] *= 0.5  # faster is never a regression
-    find(current, "accuracy/bert-base/fp8/-/f1_ratio")["value"] *= 1.01
+    find(current, "performance/resnet50/fp8/Offline/samples_per_second")["value"] *= 1 - perf / 2
+    find(current, SERVER_LATENCY)["value"] *= 0.5  # faster is never a regression
+    find(current, "accuracy/bert-base/fp8/-/f1@0.99xfp32")["value"] *= 1.01
     assert baseline.compare(current, sample["records"], tolerances, "ipu") == []
 
 
-OFFLINE = "performance/resnet50/fp8/Offline/samples_per_s"
-SERVER_LATENCY = "performance/resnet50/fp8/Server/p99_latency_ms"
+OFFLINE = "performance/resnet50/fp8/Offline/samples_per_second"
+SERVER_LATENCY = "performance/resnet50/fp8/Server/p99_latency_ms_at_target_qps"
 
 
 @pytest.mark.parametrize("record_id, factor", [(OFFLINE, 0.999), (SERVER_LATENCY, 1.001)])
@@ -132,7 +130,7 @@ def test_per_test_comparison_matches_the_runs_ids(sample, tolerances):
     assert len(records) == 2
     assert baseline.compare_test(records, sample["records"], tolerances, "ipu") == []
     worse = copy.deepcopy(records)
-    next(r for r in worse if r["check"] == "p99_latency_ms")["value"] *= 1.001
+    next(r for r in worse if r["check"] == "p99_latency_ms_at_target_qps")["value"] *= 1.001
     [found] = baseline.compare_test(worse, sample["records"], tolerances, "ipu")
     assert found.id == SERVER_LATENCY and found.test_id == records[0]["test_id"]
 
@@ -149,14 +147,14 @@ def test_per_test_comparison_matches_the_runs_ids(sample, tolerances):
 
 def test_informational_and_missing_records_are_not_compared(sample, tolerances):
     current = copy.deepcopy(sample["records"])
-    find(current, "accuracy/bert-base/fp8/-/f1_ratio_99.9")["value"] *= 0.5  # gating False
-    current = [r for r in current if r["id"] != "accuracy/bert-base/fp16/-/f1_ratio"]  # e.g. another shard
+    find(current, "accuracy/bert-base/fp8/-/f1@0.999xfp32")["value"] *= 0.5  # gating False
+    current = [r for r in current if r["id"] != "accuracy/bert-base/fp16/-/f1@0.99xfp32"]  # e.g. another shard
     assert baseline.compare(current, sample["records"], tolerances, "ipu") == []
 
 
 def test_lost_measurement_is_a_regression(sample, tolerances):
     current = copy.deepcopy(sample["records"])
-    find(current, "performance/resnet50/fp8/Offline/samples_per_s")["value"] = None
+    find(current, "performance/resnet50/fp8/Offline/samples_per_second")["value"] = None
     [found] = baseline.compare(current, sample["records"], tolerances, "ipu")
     assert "no value this run" in found.message
 
@@ -164,16 +162,16 @@ def test_lost_measurement_is_a_regression(sample, tolerances):
 def test_tolerance_overrides(tolerances):
     snr = regression.tolerance_for(tolerances, "accuracy", "snr_db", "ipu")
     assert snr.allowed(30.0) == tolerances["accuracy"]["checks"]["snr_db"]["abs"]
-    cpu = regression.tolerance_for(tolerances, "performance", "samples_per_s", "cpu")
+    cpu = regression.tolerance_for(tolerances, "performance", "samples_per_second", "cpu")
     assert cpu.rel == tolerances["performance"]["hardware"]["cpu"]["rel"]
     assert regression.tolerance_for(tolerances, "reference", "max_rel_error", "cpu") is None
     performance = tolerances["performance"]
-    simulated = regression.tolerance_for(tolerances, "performance", "samples_per_s", "ipu", "simulated", "virtual")
+    simulated = regression.tolerance_for(tolerances, "performance", "samples_per_second", "ipu", "simulated", "virtual")
     assert (simulated.rel, simulated.abs) == (performance["timing"]["simulated"]["rel"], 0.0) and simulated.rel <= 1e-9
     assert simulated.source == "[performance], [performance.timing.simulated]"
-    measured = regression.tolerance_for(tolerances, "performance", "samples_per_s", "cpu", "measured", "real")
+    measured = regression.tolerance_for(tolerances, "performance", "samples_per_second", "cpu", "measured", "real")
     assert measured.rel == performance["hardware"]["cpu"]["rel"]  # measured figures keep their tolerance
-    cross_check = regression.tolerance_for(tolerances, "performance", "samples_per_s", "ipu", "simulated", "real")
+    cross_check = regression.tolerance_for(tolerances, "performance", "samples_per_second", "ipu", "simulated", "real")
     assert cross_check.rel == performance["timing"]["simulated"]["clock"]["real"]["rel"] == performance["rel"]
     assert cross_check.source.endswith("[performance.timing.simulated.clock.real]")
 

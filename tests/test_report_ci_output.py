@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,28 +16,50 @@ from conformance.report import render
 from conformance.report import record as results_record
 from conformance.report.checks import RECORD_KEY
 from conformance.report.collect import Collector, encode_properties
+from tests.sample_results import sample_results
 
-SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
 
 
 @pytest.fixture
 def sample() -> dict:
-    return results_record.load(SAMPLE)
+    return results_record.validate(sample_results())
 
 
 def words(text: str) -> list[str]:
     return text.split()
 
 
+def narrowest_checks_table(sample: dict) -> int:
+    """The least width of the checks table with every word whole and its detail columns left out: a check name is one
+    word (``p99_latency_ms_at_target_qps``), so that table may be wider than a narrow terminal, as narrow as its
+    words allow."""
+    headers = render.check_headers(sample)
+    columns = [[headers[i], *(str(row[i]) for row in render.check_rows(sample))]
+               for i, header in enumerate(headers) if header not in render.CHECKS_DETAIL_COLUMNS]
+    widest = [max(len(word) for cell in column for word in cell.split()) for column in columns]
+    return sum(widest) + 2 * (len(widest) - 1)
+
+
+def too_wide(text: str, width: int, sample: dict) -> list[str]:
+    """The lines of ``text`` (the terminal report) wider than ``width``, the checks table's wider than its words need,
+    a failure's own message and a failed test's title left aside."""
+    failures = {"  " + line for test in render.failed_tests(sample) for line in test["message"].splitlines()}
+    checks_width, in_checks, found = max(width, narrowest_checks_table(sample)), False, []
+    for line in text.rstrip("\n").split("\n"):
+        in_checks = (in_checks or line.split()[:4] == ["Model", "Precision", "Scenario", "Check"]) and bool(line)
+        limit = checks_width if in_checks else width
+        if len(line) > limit and line not in failures and not any(line.endswith(test["id"] + ":")
+                                                                  for test in sample["tests"]):
+            found.append(line)
+    return found
+
+
 @pytest.mark.parametrize("width", [80, 100, 140])
 def test_terminal_tables_fit_the_width_and_keep_every_word(sample, width):
     text = render.terminal(sample, detailed=True, width=width)
     *body, verdict = text.rstrip("\n").split("\n")
-    failures = {"  " + line for test in render.failed_tests(sample) for line in test["message"].splitlines()}
-    wide = [line for line in body if len(line) > width and line not in failures
-            and not any(line.endswith(test["id"] + ":") for test in sample["tests"])]
-    assert wide == []
+    assert too_wide("\n".join(body), width, sample) == []
     assert verdict == render.verdict_line(sample)  # one line to search for, whatever the width
     # every word of the matrix and of the reasons is there whole (wrapping moves words, never cuts them)
     headers, rows = render.matrix(sample)
@@ -59,8 +80,7 @@ def test_detail_columns_go_before_cells_are_wrapped_and_are_named(sample):
 def test_columns_sets_the_width(sample, monkeypatch):
     monkeypatch.setenv("COLUMNS", "90")
     assert render.terminal_width() == 90
-    assert max(len(line) for line in render.terminal(sample).splitlines()[:-1] if "::" not in line
-               and not line.startswith("  ")) <= 90
+    assert too_wide("\n".join(render.terminal(sample).splitlines()[:-1]), 90, sample) == []
     monkeypatch.delenv("COLUMNS")
     assert render.terminal_width(SimpleNamespace(isatty=lambda: False)) == render.TERMINAL_FALLBACK
 
@@ -103,7 +123,7 @@ def test_compliance_md_prose_and_tables_are_of_sane_width(sample):
     assert [c for c in cells if len(c) > render.MD_CELL and c not in values] == []
     assert all(len(cell) <= render.MD_WIDTH for cell in cells)
     # a long cell went below its table, whole
-    assert "[1]: TEST01_mismatches PASS; TEST04_speedup PASS" in md
+    assert "[1]: 1 = TEST PASS (verify_accuracy.py, verify_performance.py, every byte)" in md
 
 
 def skipped_sample(sample: dict) -> dict:
@@ -172,12 +192,13 @@ def test_progress_line_gives_the_reports_verdict_and_the_whole_reason(sample):
     collector = Collector()
     bert = [{k: v for k, v in r.items() if k not in ("id", "outcome")} for r in sample["records"]
             if r["test_id"].endswith("test_accuracy[bert-base-fp16]")]
-    assert {r["check"]: r.get("established") for r in bert} == {"f1_ratio": True, "f1_ratio_99.9": None}
+    established = {r["check"]: r.get("established") for r in bert}
+    assert established == {"f1@0.99xfp32": True, "f1@0.999xfp32": False}
     # an informational check that is not established leaves the verdict PASS, as the report says
-    bert[1]["established"] = False
     line = run_test(collector, "t.py::test_accuracy[bert-base-fp16]", "passed", records=bert)
     assert line.endswith(", PASS"), line
-    bert[0]["established"] = False  # a gate that is not established: PASS*, in the report and here
+    gate = next(r for r in bert if r["gating"])
+    gate["established"] = False  # a gate that is not established: PASS*, in the report and here
     line = run_test(collector, "t.py::test_accuracy[bert-base-fp16]#2", "passed", records=bert)
     assert line.endswith(", PASS*"), line
     conformer = next(t for t in sample["tests"] if t["id"].endswith("[conformer-fp8]"))

@@ -13,13 +13,12 @@ import pytest
 from conformance.hardware import get_backend
 from conformance.report import record as results_record
 from conformance.settings import RunSettings
-
-SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
+from tests.sample_results import sample_results
 
 
 @pytest.fixture
 def sample() -> dict:
-    return json.loads(SAMPLE.read_text())
+    return sample_results()
 
 
 def test_sample_satisfies_schema(sample):

@@ -16,16 +16,16 @@ import pytest
 from conformance.cli import main as cli_main
 from conformance.report import record as results_record
 from conformance.report import render
+from tests.sample_results import sample_file, sample_results
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
-SAMPLE = SNAPSHOTS / "report_sample_results.json"
 # UPDATE_SNAPSHOTS=1 pytest tests/test_report_render.py rewrites the expected files after an intended format change
 UPDATE = os.environ.get("UPDATE_SNAPSHOTS") == "1"
 
 
 @pytest.fixture
 def sample() -> dict:
-    return results_record.load(SAMPLE)
+    return results_record.validate(sample_results())
 
 
 def check_snapshot(name: str, text: str) -> None:
@@ -55,7 +55,7 @@ def test_csv_has_mlperf_columns_in_checker_order(sample):
     for extra in ("accuracy_verdict", "validity", "input_data_types", "weight_data_types"):
         assert extra in header
     offline = next(r for r in rows if r["Model"] == "resnet50" and r["Scenario"] == "Offline")
-    assert (offline["Result"], offline["Units"], offline["validity"]) == ("5123.4", "Samples/s", "VALID")
+    assert (offline["Result"], offline["Units"], offline["validity"]) == ("11234.5", "Samples/s", "VALID")
     assert offline["accuracy_verdict"] == "XFAIL"  # the known failure of resnet50 fp8 accuracy
     assert "TEST01" in offline["compliance"] and "TEST04" in offline["compliance"]
     single = next(r for r in rows if r["Scenario"] == "SingleStream")
@@ -68,18 +68,18 @@ def test_every_record_is_a_row_of_the_tables(sample):
     for record in sample["records"]:
         assert record["check"] in text and record["check"] in html
     assert text.splitlines()[-1].startswith("conformance FAIL: "), "the verdict line comes last"
-    assert "REGRESSION performance/resnet50/fp8/Offline/samples_per_s" in text
+    assert "REGRESSION performance/resnet50/fp8/Offline/samples_per_second" in text
 
 
 def test_report_command_renders_each_format(sample, tmp_path, capsys):
-    assert cli_main(["report", str(SAMPLE)]) == 1  # the sample's verdict is FAIL
+    assert cli_main(["report", str(sample_file(tmp_path))]) == 1  # the sample's verdict is FAIL
     assert "conformance FAIL" in capsys.readouterr().out
     for fmt, name in (("md", "report_compliance.md"), ("csv", "report_results.csv")):
         out = tmp_path / f"table.{fmt}"
-        assert cli_main(["report", str(SAMPLE), "--format", fmt, "--out", str(out)]) == 1
+        assert cli_main(["report", str(sample_file(tmp_path)), "--format", fmt, "--out", str(out)]) == 1
         assert out.read_text() == (SNAPSHOTS / name).read_text()
     out = tmp_path / "table.html"
-    cli_main(["report", str(SAMPLE), "--format", "html", "--out", str(out)])
+    cli_main(["report", str(sample_file(tmp_path)), "--format", "html", "--out", str(out)])
     assert out.read_text().startswith("<!DOCTYPE html>")
 
 
@@ -102,7 +102,7 @@ def test_plots_skipped_is_said(sample):
 # ----- how the figures were obtained -----------------------------------------------------------------------------------
 
 C600 = {"chip": "c600", "chip_description": "Graphcore C600 PCIe card", "calibration": "1a2b3c4d5e6f"}
-OFFLINE_ID = "performance/resnet50/fp8/Offline/samples_per_s"
+OFFLINE_ID = "performance/resnet50/fp8/Offline/samples_per_second"
 
 
 def with_timing(sample: dict, timing: str | None, timing_model: dict | None = None) -> dict:
@@ -121,7 +121,9 @@ def with_timing(sample: dict, timing: str | None, timing_model: dict | None = No
 
 
 def rendered(results: dict) -> dict[str, str]:
-    return {fmt: renderer(results) for fmt, renderer in render.FORMATS.items()}
+    """Every format, the terminal's wide enough for every column (a narrower one leaves Timing out first)."""
+    return {fmt: render.terminal(results, width=400) if fmt == "terminal" else renderer(results)
+            for fmt, renderer in render.FORMATS.items()}
 
 
 def csv_row(results: dict, scenario: str) -> dict:
@@ -146,11 +148,11 @@ def test_simulated_and_measured_figures_render_differently_in_every_format(sampl
         return [line for line in text.splitlines() if f" {check} " in line and f" {check} PASS" not in line]
 
     for fmt in ("terminal", "md"):
-        for check in ("samples_per_s", "p99_latency_ms", "TEST01_mismatches", "TEST04_speedup"):
+        for check in ("samples_per_second", "p99_latency_ms_at_target_qps", "TEST01", "TEST04"):
             [sim], [meas] = rows(simulated[fmt], check), rows(measured[fmt], check)
             assert " simulated " in sim and " measured " not in sim, (fmt, sim)
             assert " measured " in meas and " simulated " not in meas, (fmt, meas)
-        for line in rows(simulated[fmt], "f1_ratio") + rows(measured[fmt], "f1_ratio"):
+        for line in rows(simulated[fmt], "f1@0.99xfp32") + rows(measured[fmt], "f1@0.99xfp32"):
             assert "simulated" not in line and "measured" not in line, (fmt, line)
     assert re.search(r"<th[^>]*>Timing\s*</th>", simulated["html"]) and re.search(r"<td>simulated\s*</td>", simulated["html"])
     assert re.search(r"<td>measured\s*</td>", measured["html"]) and not re.search(r"<td>simulated\s*</td>", measured["html"])
@@ -184,5 +186,5 @@ def test_simulated_figure_without_timing_model_and_several_models(sample):
     next(r for r in mixed["records"] if r["id"] == OFFLINE_ID)["details"]["timing_model"] = {**C600, "calibration": "ffffffffffff"}
     text = render.terminal(mixed, width=400)  # a terminal wide enough for every column
     assert "simulated: C600 timing model, calibration ffffffffffff; simulated: C600 timing model, calibration 1a2b3c4d5e6f" in text
-    offline = next(line for line in text.splitlines() if "samples_per_s" in line)
+    offline = next(line for line in text.splitlines() if "samples_per_second" in line)
     assert "calibration ffffffffffff" in offline

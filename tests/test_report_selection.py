@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
 from conformance.report import render, verify
+from tests.sample_results import sample_results
 from tests.test_report_atomic import CONFTEST, FAST, SUITE
-
-SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
 
 
 @pytest.fixture
@@ -62,7 +60,7 @@ def test_an_interrupted_report_counts_the_tests_not_run(suite, monkeypatch):
 def test_an_interrupted_run_given_data_names_it_as_judged():
     """With --dataset or --checkpoint, a run interrupted before it judged the model still says whose model and data
     it was judging, never the suite's seeded weights and synthetic samples."""
-    results = json.loads(SAMPLE.read_text())
+    results = sample_results()
     results.update(interrupted=True, records=[], tests=[])
     results["settings"] = {**results["settings"], "datasets": {"resnet50": "/data/imagenet"}, "checkpoints": {}}
     judged = dict(render._summary_pairs(results))["judged"]
@@ -73,7 +71,7 @@ def test_an_interrupted_run_given_data_names_it_as_judged():
 
 
 def test_a_selection_that_does_not_match_the_tests_is_refused():
-    results = json.loads(SAMPLE.read_text())
+    results = sample_results()
     results["settings"]["selection"] = {"keyword": None, "markers": None, "selected": None, "deselected": 0,
                                         "skipped": 99}
     assert any("settings.selection.skipped is 99" in p for p in verify.problems(results))

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import copy
-import json
 import random
 import re
-from pathlib import Path
 
 import pytest
 
 from conformance.report import merge, shard
+from tests.sample_results import sample_results
 
-SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
 
 NODE_IDS = [f"conformance/test_{kind}.py::test_{kind}[{model}-{precision}]"
             for kind in ("accuracy", "performance") for model in ("albert", "bert-base", "resnet50", "widedeep")
@@ -53,7 +51,7 @@ def test_bad_shard_is_refused(text):
 
 def split_sample(count: int) -> list[tuple[str, dict]]:
     """The sample run cut into ``count`` shard files the way ``--shard`` would have produced them."""
-    full = json.loads(SAMPLE.read_text())
+    full = sample_results()
     owner = shard.shard_of([t["id"] for t in full["tests"]], count)
     parts = []
     for index in range(1, count + 1):
@@ -67,7 +65,7 @@ def split_sample(count: int) -> list[tuple[str, dict]]:
 
 
 def test_merged_shards_equal_the_whole_run():
-    full = json.loads(SAMPLE.read_text())
+    full = sample_results()
     merged = merge.merge(split_sample(3))
     assert merged["tests"] == full["tests"]
     assert merged["records"] == full["records"]
@@ -83,7 +81,7 @@ def test_incomplete_split_is_refused_naming_the_missing_shards():
         merge.merge(parts[:2])
     with pytest.raises(merge.MergeError, match=r"shard\(s\) 2/3, 3/3 missing; given shard1.json"):
         merge.merge(parts[:1])  # one shard alone is not the run
-    whole = json.loads(SAMPLE.read_text())
+    whole = sample_results()
     assert merge.merge([("whole.json", whole)]) is whole  # a run that was not split is returned as it is
     one_of_one = copy.deepcopy(whole)
     one_of_one["settings"]["shard"] = "1/1"

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from xml.etree import ElementTree
 
 from conformance.report import record as results_record
 from conformance.report import render
+from tests.sample_results import sample_results
 
-SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
 
 CONFTEST = """
 from conformance.conftest import record_check  # noqa: F401  (the real fixture)
@@ -85,7 +84,7 @@ def default_sized(sample: dict) -> dict:
 
 
 def test_summary_of_a_default_sized_report_fits_one_screen():
-    results = default_sized(results_record.load(SAMPLE))
+    results = default_sized(results_record.validate(sample_results()))
     assert len(results["records"]) > 150
     md = render.compliance_md(results)
     assert render.summary_lines(md) <= 40, "\n".join(md.splitlines()[:render.summary_lines(md)])

@@ -22,15 +22,15 @@ from conformance.report import baseline, compare, merge, shard, verify, xfails
 from conformance.report import record as results_record
 from conformance.report.collect import assign_ids
 from conformance.targets import compare as holds
+from tests.sample_results import SAMPLE, sample_results
 
-SAMPLE = Path(__file__).parent / "snapshots" / "report_sample_results.json"
-F1 = "accuracy/bert-base/fp16/-/f1_ratio"
+F1 = "accuracy/bert-base/fp16/-/f1@0.99xfp32"
 EARLIER = "the earlier report\n"
 
 
 def passing_results() -> dict:
     """The sample run with its failed tests (and their records) and its regressions left out: a consistent PASS."""
-    data = json.loads(SAMPLE.read_text())
+    data = sample_results()
     data["tests"] = [t for t in data["tests"] if t["outcome"] not in ("failed", "error")]
     kept = {t["id"] for t in data["tests"]}
     data["records"] = [r for r in data["records"] if r["test_id"] in kept]
@@ -61,17 +61,16 @@ def nothing_judged(data: dict) -> None:
 
 
 def relative(data: dict, interval, established, floor: dict | None = None) -> None:
-    """The F1 gate as a run now writes a relative gate: its check names the ratio (``f1@0.99xfp32``), its details the
-    ratio's 95% interval (and, for a label metric whose FP32 score is at or below its floor, that floor)."""
+    """The F1 gate, a relative gate (its check names the ratio, ``f1@0.99xfp32``), with ``interval`` as its ratio's
+    95% interval (and, for a label metric whose FP32 score is at or below its floor, that floor)."""
     record = find(data, F1)
-    record.update(check=RELATIVE_CHECK, established=established)
+    record.update(established=established)
     record["details"] = {**record["details"], "ratio_ci95": interval, "fp32_value": 1.0,
                          **({"label_floor": floor} if floor else {})}
-    data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in data["records"]])
 
 
 RELATIVE_CHECK = "f1@0.99xfp32"
-RELATIVE = f"accuracy/bert-base/fp16/-/{RELATIVE_CHECK}"
+RELATIVE = F1
 
 
 def shards_of(data: dict, count: int) -> list[dict]:
@@ -113,7 +112,7 @@ def _gate(data: dict, **fields) -> None:
 TAMPERED = [
     ("target-edited", lambda d: _gate(d, target=-5.0),
      (f"record {RELATIVE} (test conformance/test_accuracy.py::test_accuracy[bert-base-fp16], check f1@0.99xfp32): "
-      "target -5.0, but the tables give 0.99 (f1 >= 0.99 x f1(fp32))", "records no tables version")),
+      "target -5.0, but the tables give 0.99 (f1 >= 0.99 x f1(fp32))",)),
     ("failing-gate-made-informational", lambda d: _gate(d, value=0.5, passed=False, gating=False, established=None,
                                                         details={"fp32_value": 1.0}),
      (f"record {RELATIVE} (test conformance/test_accuracy.py::test_accuracy[bert-base-fp16], check f1@0.99xfp32): "
@@ -123,7 +122,7 @@ TAMPERED = [
       "version")),
 
     ("value-below-target-marked-passed", lambda d: find(d, F1).update(value=-0.18, target=0.816),
-     (F1, "test conformance/test_accuracy.py::test_accuracy[bert-base-fp16]", "check f1_ratio",
+     (F1, "test conformance/test_accuracy.py::test_accuracy[bert-base-fp16]", "check f1@0.99xfp32",
       "passed is true, but value -0.18 >= target 0.816 is false")),
     ("pass-with-exit-status-1", lambda d: d.update(exit_status=1),
      ("verdict PASS with exit status 1", "give FAIL with exit status 1")),
@@ -135,9 +134,10 @@ TAMPERED = [
      (f"record {F1} (test", "a copy of record")),
     ("null-value-passed", lambda d: find(d, F1).update(value=None), (F1, "its value is null")),
     ("record-id-changed", lambda d: find(d, F1).update(id="accuracy/bert-base/fp16/-/other"),
-     ("its fields give it the id accuracy/bert-base/fp16/-/f1_ratio",)),
+     (f"its fields give it the id {F1}",)),
     ("waived-without-entry", lambda d: next(t for t in d["tests"] if t["id"].endswith("[resnet50-fp8]")).update(xfail=None),
-     ("accuracy/resnet50/fp8/-/top1_ratio", "waived as a known failure (XFAIL), but its test has no known-failure entry")),
+     ("accuracy/resnet50/fp8/-/top1_agreement@0.96xfp32",
+      "waived as a known failure (XFAIL), but its test has no known-failure entry")),
     ("nothing-judged-called-pass", nothing_judged, ("give NO VERDICT with exit status 5", "nothing was judged")),
     ("interrupted-with-exit-0", lambda d: d.update(interrupted=True), ("interrupted, but exit status 0",)),
     ("not-established-shown-established", lambda d: relative(d, [0.98, 1.0], True),
@@ -151,9 +151,8 @@ TAMPERED = [
     ("below-the-label-floor-shown-established", lambda d: relative(d, [0.995, 1.0], True, {"fp32": 0.0, "floor": 0.05}),
      (RELATIVE, "established is true, but its FP32 score 0.0 is at or below the floor 0.05")),
     ("audit-failed-figure-passed-as-not-established", lambda d: next(
-        r for r in d["records"] if r["kind"] == "audit").update(value=0.0, target=1.0, op=">=", passed=True,
-                                                                established=False),
-     ("audit/resnet50/fp8/Offline/TEST01_mismatches", "passed is true, but value 0.0 >= target 1.0 is false")),
+        r for r in d["records"] if r["kind"] == "audit").update(value=0.0, passed=True, established=False, details={}),
+     ("audit/resnet50/fp8/Offline/TEST01", "passed is true, but value 0.0 >= target 1.0 is false")),
     ("merged-shard-dropped", as_merged(lambda d: d["merged_from"].pop()),
      ("merged from shards 1/2 of 2: 2/2 missing, but missing_shards lists none",)),
     ("merged-shard-twice", as_merged(lambda d: d["merged_from"].__setitem__(1, dict(d["merged_from"][0]))),
@@ -181,7 +180,7 @@ def test_consistent_files_are_accepted(tmp_path, capsys):
     established, floored = passing_results(), passing_results()
     relative(established, [0.995, 1.0], True)
     relative(floored, [0.995, 1.0], False, {"fp32": 0.0, "floor": 0.05})
-    for data in (json.loads(SAMPLE.read_text()), passing_results(), merged_passing(), merged_passing(3), established,
+    for data in (sample_results(), passing_results(), merged_passing(), merged_passing(3), established,
                  floored):
         assert verify.problems(data) == []
     code, text = run(["report", "validate", write(tmp_path, "pass.json", passing_results())], capsys)
@@ -215,9 +214,9 @@ def test_tampered_file_is_refused_everywhere(mutate, says, tmp_path, capsys):
 
 def test_audit_may_fail_beyond_its_figure_and_pass_against_it_only_when_it_says_why():
     data = passing_results()
-    test01 = find(data, "audit/resnet50/fp8/Offline/TEST01_mismatches")
-    test01.update(check="TEST01", value=0.5, target=1.0, op=">=", passed=True)
-    data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in data["records"]])
+    test01 = find(data, "audit/resnet50/fp8/Offline/TEST01")
+    test01.update(value=0.5, passed=True)
+    del test01["details"]["official"]  # MLCommons' scripts said nothing: nothing explains the pass
     found = verify.problems(data)
     assert any("passed is true, but value 0.5 >= target 1.0 is false" in p for p in found), found
     for why in ({"details": {"official": {"verify_accuracy": "TEST PASS"}}},
@@ -407,7 +406,7 @@ def mutate(data: dict, mutations) -> None:
           suppress_health_check=[HealthCheck.too_slow])
 @given(base=st.sampled_from(["pass", "fail"]), mutations=MUTATIONS)
 def test_mutated_file_never_tracebacks_and_never_shows_an_unfounded_pass(base, mutations):
-    data = passing_results() if base == "pass" else json.loads(SAMPLE.read_text())
+    data = passing_results() if base == "pass" else sample_results()
     mutate(data, mutations)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "results.json"
@@ -450,3 +449,74 @@ def test_targets_and_gating_are_the_tables_of_the_files_version():
     assert any("the tables have no such gate for bert-base fp16 on ipu" in p for p in verify.problems(unknown))
     data["settings"]["tables"] = "f" * 64
     assert [p for p in verify.problems(data) if "other target tables" in p]
+
+
+def failing_f1_run() -> dict:
+    """The passing run with its F1 gate failed (its figure below the target, its test failed): a consistent FAIL."""
+    data = passing_results()
+    find(data, F1).update(value=0.5, passed=False, established=False)
+    find(data, F1)["details"].update(ci95=[0.4, 0.6], ratio_ci95=[0.4, 0.6])
+    fail_test(data, "test_accuracy[bert-base-fp16]", records_too=True)
+    data["verdict"], data["exit_status"] = "FAIL", 1
+    assert verify.problems(data) == []
+    return data
+
+
+def disguised(data: dict, unversioned: bool) -> dict:
+    """The failed F1 gate hidden: renamed to a check no table has (``f1x``), made informational, its test passed and
+    the run PASS; with ``unversioned``, the file's tables version removed too (as an older suite wrote it)."""
+    data = copy.deepcopy(data)
+    record = find(data, F1)
+    record.update(check="f1x", gating=False)
+    next(t for t in data["tests"] if t["id"] == record["test_id"]).update(outcome="passed", message="")
+    for other in data["records"]:
+        if other["test_id"] == record["test_id"]:
+            other["outcome"] = "passed"
+    data["records"] = assign_ids([{k: v for k, v in r.items() if k != "id"} for r in data["records"]])
+    data["verdict"], data["exit_status"] = "PASS", 0
+    if unversioned:
+        del data["settings"]["tables"]
+    return data
+
+
+UNVERSIONED = ("records no target tables version (settings.tables): a results file written by an older suite",
+               "whose targets and gating cannot be checked against this suite's tables", "re-run it with this suite")
+
+
+@pytest.mark.parametrize("unversioned", [True, False], ids=["unversioned", "versioned"])
+def test_a_failed_gate_renamed_and_made_informational_is_refused(unversioned, tmp_path, capsys):
+    """A failing run edited to show PASS: its failed gate renamed to a check the tables do not know and made
+    informational. Without a tables version the file is refused as one whose targets and gating cannot be checked;
+    with this suite's version, the renamed check is refused as a gate the tables do not have. By ``report``, ``report
+    compare`` (as the later run, which would otherwise be shown not worse), ``report validate`` and ``--baseline``."""
+    attack = disguised(failing_f1_run(), unversioned)
+    says = UNVERSIONED if unversioned else (
+        "record accuracy/bert-base/fp16/-/f1x (test conformance/test_accuracy.py::test_accuracy[bert-base-fp16], check "
+        "f1x): the tables have no such gate for bert-base fp16 on ipu",)
+    found = verify.problems(attack)
+    assert len(found) == 1 and all(w in found[0] for w in says), found  # nothing else gives the edit away
+    bad = write(tmp_path, "attack.json", attack)
+    failing = write(tmp_path, "failing.json", failing_f1_run())
+    for args in (["report", bad], ["report", "compare", failing, bad], ["report", "validate", bad]):
+        code, text = run(args, capsys)
+        assert code == 4, f"{args}: exit {code}\n{text}"
+        missing = [w for w in (str(bad), "inconsistent results file", *says) if w not in text]
+        assert not missing, f"{args}: the message lacks {missing}:\n{text}"
+        assert "conformance PASS" not in text and "not worse" not in text
+    with pytest.raises(baseline.BaselineError, match="inconsistent results file"):
+        baseline.load_baseline(bad, passing_results())
+
+
+def test_a_file_of_the_suites_tests_without_a_tables_version_is_refused(tmp_path, capsys):
+    """The sample as an older suite wrote it, with no tables version: refused, however consistent its records are; a
+    file of no suite test (a plugin's own) has no tables to be checked against and is not."""
+    code, text = run(["report", "validate", SAMPLE], capsys)
+    assert code == 4 and all(w in text for w in (str(SAMPLE), *UNVERSIONED)), text
+    data = passing_results()
+    del data["settings"]["tables"]
+    assert [p for p in verify.problems(data) if UNVERSIONED[0] in p]
+    for item in data["tests"]:
+        item["id"] = item["id"].replace("conformance/", "plugin/")
+    for item in data["records"]:
+        item["test_id"] = item["test_id"].replace("conformance/", "plugin/")
+    assert verify.problems(data) == []

@@ -9,9 +9,11 @@ ratio gate's target is its ratio times the figure it is relative to (``details.<
 the scenario's target (the Server latency bound for the Server's p99), an audit's its fixed comparison (TEST04's bound
 follows from a measured score, so only its ``op`` and ``gating`` are checked).
 
-A file of another tables version is not checked against these tables, it is refused as such (its gates may have moved
-since); a file that records no version (written by an older suite) is checked against these tables where they have
-the record's gate, and a difference names the missing version as the likely cause.
+A record whose gate these tables do not have is refused (a check renamed to one no table knows would otherwise escape
+every comparison). A file of another tables version is not checked against these tables, it is refused as such (its
+gates may have moved since); so is a file that records no version (written by an older suite, or with the version
+removed): neither its targets nor its gating can be checked, and nothing read from the file stands in for them. Such
+a file is re-run with this suite, or read with the suite of its commit.
 """
 
 from __future__ import annotations
@@ -115,31 +117,32 @@ def problems(results: dict) -> list[str]:
     settings = results["settings"]
     recorded = settings.get("tables")
     current = tables_version()
-    if recorded is not None and recorded != current:
+    if recorded is None:
+        return [f"records no target tables version (settings.tables): a results file written by an older suite (or "
+                f"with its version removed), whose targets and gating cannot be checked against this suite's tables "
+                f"(version {current[:12]}); re-run it with this suite"]
+    if recorded != current:
         return [f"judged with other target tables (version {str(recorded)[:12]}, this suite's is {current[:12]}): "
                 f"a results file of another table version, whose targets and gating cannot be checked against these "
                 f"tables; re-run it with this suite (or use the suite of its commit)"]
     hardware = settings.get("hardware")
-    unversioned = "" if recorded is not None else (" (the file records no tables version: written by an older suite "
-                                                   "whose tables may have differed)")
     found = []
     for record in suite:
         expected = _expected(record, hardware, current)
         if expected is None:
-            if recorded is not None:
-                found.append(f"{_name(record)}: the tables have no such gate for {record.get('model')} "
-                             f"{record.get('precision')}{' ' + record['scenario'] if record.get('scenario') else ''} "
-                             f"on {hardware}")
+            found.append(f"{_name(record)}: the tables have no such gate for {record.get('model')} "
+                         f"{record.get('precision')}{' ' + record['scenario'] if record.get('scenario') else ''} "
+                         f"on {hardware}")
             continue
         what, op, gating, target, known = expected
         if record.get("gating") is not gating:
             found.append(f"{_name(record)}: gating is {str(record.get('gating')).lower()}, but the tables make it "
-                         f"{'a gate' if gating else 'reported, not gating'} ({what}){unversioned}")
+                         f"{'a gate' if gating else 'reported, not gating'} ({what})")
         if record.get("op") != op:
-            found.append(f"{_name(record)}: op {record.get('op')!r}, but the tables' is {op!r} ({what}){unversioned}")
+            found.append(f"{_name(record)}: op {record.get('op')!r}, but the tables' is {op!r} ({what})")
         value = record.get("target")
         if known and not (value is None and target is None) and not (
                 _number(value) and target is not None and math.isclose(value, target, rel_tol=TOLERANCE)):
             shown = "null" if target is None else f"{target:g}"
-            found.append(f"{_name(record)}: target {value}, but the tables give {shown} ({what}){unversioned}")
+            found.append(f"{_name(record)}: target {value}, but the tables give {shown} ({what})")
     return found

@@ -14,7 +14,8 @@
 - each record's id from its fields (:func:`conformance.report.collect.assign_ids`), so that a duplicated record, or a
   record whose id was changed, is found; each record's test and the test's outcome;
 - each record of the suite's tests' ``target``, ``op`` and ``gating`` from the suite's target tables, by the file's
-  tables version (:mod:`conformance.report.tables`): a file of another version is refused as such;
+  tables version (:mod:`conformance.report.tables`): a check the tables do not have is refused, and so is a file of
+  another version or of none (an older suite's), whose targets and gating cannot be checked;
 - each gate waived as a known failure (XFAIL): its test carries a known-failure entry that names the check;
 - the run's verdict and exit status from its tests, records and regressions (:func:`conformance.report.record.judge`,
   the code that computed them when the run was written);
