@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from models import arrays
+from models import arrays, blas
 from models.arrays import common
 
 Recorder = Callable[[str, np.ndarray], None]
@@ -152,7 +152,7 @@ def conv2d_fp32(x, w, stride=1, padding=0, dilation=1, groups=1):
     out = np.empty((n, groups, o // groups, ho * wo), np.float32)
     for b in range(n):  # one sgemm each: a broadcast matmul would not call BLAS
         for g in range(groups):
-            np.matmul(wg[g], cols[b, g], out=out[b, g])
+            blas.matmul(wg[g], cols[b, g], out=out[b, g])
     return out.reshape(n, o, ho, wo)
 
 
@@ -179,7 +179,7 @@ def _conv2d_tiled(x, w, ho, wo, stride, dilation, budget):
                 for j in range(kw):
                     cols[:, i, j] = xt[:, s0:s1, i * dh: i * dh + sh * (ho - 1) + 1: sh,
                                        j * dw: j * dw + sw * (wo - 1) + 1: sw]
-            y = np.matmul(wm, cols.reshape(k, -1))  # (O, samples * Ho * Wo)
+            y = blas.matmul(wm, cols.reshape(k, -1))  # (O, samples * Ho * Wo)
             out[s0:s1].transpose(1, 0, 2, 3)[...] = y.reshape(o, s1 - s0, ho, wo)
         return out
     rows = pixels // wo  # output rows of one sample per tile
@@ -192,7 +192,7 @@ def _conv2d_tiled(x, w, ho, wo, stride, dilation, budget):
                 for j in range(kw):
                     cols[:, i, j] = x[b, :, r0 * sh + i * dh: (r1 - 1) * sh + i * dh + 1: sh,
                                       j * dw: j * dw + sw * (wo - 1) + 1: sw]
-            np.matmul(wm, cols.reshape(k, -1), out=ob[:, r0 * wo: r1 * wo])
+            blas.matmul(wm, cols.reshape(k, -1), out=ob[:, r0 * wo: r1 * wo])
     return out
 
 
@@ -312,7 +312,8 @@ class Ops:
         """``x @ weight.T + bias`` over the last axis; weight is (out, in). A MatMul/Gemm with a weight operand."""
         xp, (x, weight, bias) = common(x, weight, bias)
         lead = x.shape[:-1]
-        y = xp.reshape(x, (-1, x.shape[-1])) @ xp.permute_dims(weight, (1, 0))
+        rows, columns = xp.reshape(x, (-1, x.shape[-1])), xp.permute_dims(weight, (1, 0))
+        y = blas.matmul(rows, columns) if xp is np else rows @ columns
         if bias is not None:
             y += bias
         return self._emit(name, xp.reshape(y, (*lead, weight.shape[0])))
@@ -320,7 +321,7 @@ class Ops:
     def matmul(self, a, b, *, name):
         """Batched ``a @ b`` of two activations (attention scores, attention-weighted values)."""
         xp, (a, b) = common(a, b)
-        return self._emit(name, xp.matmul(a, b))
+        return self._emit(name, blas.matmul(a, b) if xp is np else xp.matmul(a, b))
 
     def conv2d(self, x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, name):
         """NCHW convolution; weight (O, C/groups, kh, kw)."""

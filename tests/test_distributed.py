@@ -399,8 +399,8 @@ def test_workers_running_other_sources_are_refused(workers, monkeypatch):
 
 
 def test_each_local_worker_uses_its_share_of_the_cores_for_blas(workers):
-    """Two workers on C cores: C // 2 BLAS threads each (at least one), and the emulator's kernels in one thread; the
-    same limits a worker would be given for any count of workers."""
+    """Two workers on C cores: C // 2 BLAS threads and as many emulator threads each (at least one); the same limits a
+    worker would be given for any count of workers."""
     expected = max(1, cluster_module.usable_cores() // 2)
     assert cluster_module.worker_blas_threads(2) == expected
     assert cluster_module.worker_blas_threads(10 * cluster_module.usable_cores()) == 1
@@ -409,7 +409,7 @@ def test_each_local_worker_uses_its_share_of_the_cores_for_blas(workers):
     seen = [workers.client.submit(cluster_module.blas_threads, pure=False, workers=[address]).result()
             for address in workers.client.scheduler_info()["workers"]]  # as a batch sees it
     assert seen == [expected, expected], seen
-    assert set(workers.client.run(worker_threads).values()) == {1}
+    assert set(workers.client.run(worker_threads).values()) == {expected}
 
 
 @pytest.mark.parametrize("name", ["widedeep", "conformer"])

@@ -244,52 +244,6 @@ def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
 
 
-@pytest.mark.numpy_only  # the numpy path's worker threads
-def test_blas_threads_are_restored_whatever_order_threads_leave_the_single_threaded_section(monkeypatch):
-    """Two threads in the single-threaded section, the first in leaving first: BLAS is limited once, when the first
-    enters, and restored once, when the last leaves (not by the first one out, which would leave the other thread's
-    blocks multi-threaded, nor to the other's saved limit of one, which would change later FP32 products)."""
-    import threading
-
-    from conformance.numerics import kernels
-
-    calls = []
-
-    class Limiter:
-        def restore_original_limits(self):
-            calls.append("restore")
-
-    class Controller:
-        def limit(self, limits, user_api):
-            calls.append(("limit", limits, user_api))
-            return Limiter()
-
-    monkeypatch.setattr(kernels, "_blas_threads", lambda: Controller())
-    first_in, second_in, first_left = threading.Event(), threading.Event(), threading.Event()
-    seen = []
-
-    def first():
-        with kernels.single_threaded_blas():
-            first_in.set()
-            second_in.wait(10)
-        first_left.set()
-
-    def second():
-        first_in.wait(10)
-        with kernels.single_threaded_blas():
-            second_in.set()
-            first_left.wait(10)
-            seen.append(list(calls))  # the first thread has left: still limited
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
-    assert seen == [[("limit", 1, "blas")]]
-    assert calls == [("limit", 1, "blas"), "restore"]
-
-
 @pytest.mark.numpy_only  # calls the other library's kernels directly
 @pytest.mark.parametrize("overflow", ["sat", "nan"])
 def test_half_partials_per_block_fallback_equals_the_compiled_accumulator(overflow):

@@ -115,11 +115,11 @@ def worker_blas_threads(workers: int) -> int:
 
 def worker_environment(workers: int) -> dict[str, str]:
     """The environment a local worker starts with (set before it starts, so that BLAS reads it when it loads): the
-    emulator's kernels in one thread (``CONFORMANCE_THREADS=1``: their bits do not depend on it) and BLAS with the
-    worker's share of the cores (:func:`worker_blas_threads`; its bits do not depend on it either)."""
-    blas = str(worker_blas_threads(workers))
-    return {**dask.config.get("distributed.nanny.pre-spawn-environ"), THREADS_VARIABLE: "1", "OMP_NUM_THREADS": blas,
-            "OPENBLAS_NUM_THREADS": blas, "MKL_NUM_THREADS": blas}
+    emulator's threads and BLAS's each the worker's share of the cores (:func:`worker_blas_threads`; the bits depend
+    on neither: the emulator's products are single-threaded BLAS calls of fixed shapes, :mod:`models.blas`)."""
+    share = str(worker_blas_threads(workers))
+    return {**dask.config.get("distributed.nanny.pre-spawn-environ"), THREADS_VARIABLE: share, "OMP_NUM_THREADS": share,
+            "OPENBLAS_NUM_THREADS": share, "MKL_NUM_THREADS": share}
 
 
 def scheduler_worker_ttl(dask_scheduler=None) -> float | None:
@@ -128,10 +128,11 @@ def scheduler_worker_ttl(dask_scheduler=None) -> float | None:
 
 
 class BlasThreads(WorkerPlugin):
-    """Each local worker's BLAS threads, set in the worker once it runs (and in every worker that replaces a lost
-    one) and again as each task starts: the environment alone is not enough where a worker process loads BLAS before
-    it reads the environment it was given (a program whose main module imports numpy), or loads another BLAS later
-    that does not read it (scipy's)."""
+    """Each local worker's BLAS threads and emulator threads, set in the worker once it runs (and in every worker that
+    replaces a lost one, which starts without the environment the cluster was made with) and BLAS's again as each task
+    starts: the environment alone is not enough where a worker process loads BLAS before it reads the environment it
+    was given (a program whose main module imports numpy), or loads another BLAS later that does not read it
+    (scipy's)."""
 
     name = "conformance-blas-threads"
 
@@ -139,6 +140,7 @@ class BlasThreads(WorkerPlugin):
         self.threads = threads
 
     def setup(self, worker) -> None:
+        os.environ[THREADS_VARIABLE] = str(self.threads)  # read by the emulator at each pass
         threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
 
     def transition(self, key, start, finish, **kwargs) -> None:

@@ -36,6 +36,7 @@ import numpy as np
 from boundedio import MAX_DIGITS, ascii_integer
 from conformance.numerics import arrays, compiled, namespace
 from conformance.numerics.format_table import FORMAT_NAMES, FP8_FORMATS, FormatInfo, format_info
+from models import blas
 
 OVERFLOW_MODES = ("sat", "nan")
 ROUNDING_MODES = ("nearest", "stochastic")
@@ -188,6 +189,9 @@ def available_threads() -> int:
     """The threads a pass started in this thread may share out its work over: :func:`worker_threads`, or 1 in a
     worker."""
     return 1 if in_worker() else worker_threads()
+
+
+blas.use_threads(available_threads)  # the models' FP32 products share the emulator's thread setting
 
 
 def worker_pool(threads: int) -> ThreadPoolExecutor:

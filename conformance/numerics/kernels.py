@@ -22,13 +22,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from threadpoolctl import ThreadpoolController
 
 from conformance.numerics import arrays, compiled, namespace
 from conformance.numerics.formats import (
@@ -46,6 +43,7 @@ from conformance.numerics.formats import (
     run_split,
     worker_pool,
 )
+from models import blas
 from models.ops import as_pair, conv2d_fp32  # the FP32 convolution: float partials' fast layout
 
 PARTIALS = ("float", "half")
@@ -105,35 +103,9 @@ def _saturation_possible(a: np.ndarray, b: np.ndarray, fused=None) -> bool:
     return not bound < _F16_MAX
 
 
-@functools.lru_cache(maxsize=1)
-def _blas_threads() -> ThreadpoolController:
-    return ThreadpoolController()
-
-
-_blas_lock = threading.Lock()
-_blas_users = 0  # threads inside single_threaded_blas()
-_blas_limiter = None
-
-
-@contextlib.contextmanager
-def single_threaded_blas():
-    """BLAS limited to one thread while any thread is inside (the half-partials blocks are one single-threaded call
-    each, their threads are the emulator's). BLAS's thread count is process-wide: the first thread in sets it to one,
-    the last one out restores it, so that threads entering and leaving in any order never leave it at one (which
-    would change later multi-threaded FP32 products)."""
-    global _blas_users, _blas_limiter
-    with _blas_lock:
-        if _blas_users == 0:
-            _blas_limiter = _blas_threads().limit(limits=1, user_api="blas")
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_users -= 1
-            if _blas_users == 0:
-                _blas_limiter.restore_original_limits()
-                _blas_limiter = None
+# BLAS limited to one thread while any thread is inside (the half-partials blocks are one single-threaded call each,
+# their threads are the emulator's): one process-wide setting, kept by the models' products (models.blas)
+single_threaded_blas = blas.single_threaded
 
 
 # Block products a compiled accumulation pass takes at once (it reads and writes the accumulator once for all of them)
@@ -347,7 +319,7 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
             round_inplace(y, "f16", overflow=overflow)
         return y
     if partials == "float":
-        y = np.matmul(a, b)
+        y = blas.matmul(a, b)
         if out_format == "f16":
             round_inplace(y, "f16", overflow=overflow, rounding=rounding, rng=rng)
         return y
