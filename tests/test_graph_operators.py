@@ -121,6 +121,14 @@ def test_reduce_sum_and_instance_norm_against_onnxruntime():
     ("Conv", {"auto_pad": "SAME_UPPER", "strides": [2], "group": 3}, [2, 3, 11]),
     ("Conv", {"pads": [2, 0], "dilations": [2]}, [2, 3, 11]),
     ("Conv", {"pads": [1, 0, 0, 2], "strides": [1, 2]}, [2, 3, 7, 6]),
+    # 3-D (NCDHW): one 2-D op per output depth plane
+    ("MaxPool", {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [0, 1, 0, 1, 1, 1], "ceil_mode": 1},
+     [2, 3, 5, 7, 6]),
+    ("AveragePool", {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1], "ceil_mode": 1},
+     [2, 3, 6, 7, 5]),
+    ("AveragePool", {"kernel_shape": [3, 2, 2], "auto_pad": "SAME_UPPER", "count_include_pad": 1}, [2, 3, 4, 5, 5]),
+    ("Conv", {"pads": [1, 1, 0, 1, 1, 2], "strides": [2, 1, 2], "dilations": [2, 1, 1]}, [2, 3, 7, 6, 8]),
+    ("Conv", {"auto_pad": "SAME_LOWER", "group": 3, "strides": [1, 2, 1]}, [2, 3, 4, 6, 5]),
 ])
 def test_convolution_and_pooling_geometry_against_onnxruntime(op, attrs, shape):
     rng = np.random.default_rng(2)

@@ -11,9 +11,10 @@ suite's export writes them, Split/Sigmoid/Mul; the exact GELU as torch writes it
 interpreter calls the op itself, so that the rounding is the op's; Erf alone has no op and is refused.
 
 A graph is checked before it runs, each refusal an :class:`InterpreterError` naming what is wrong: not ONNX, failing
-``onnx.checker`` (its shape inference included), an opset below :data:`MIN_OPSET`, an operator outside
-:data:`SUPPORTED` (naming the node and the supported operators), a node of a custom domain (a domain imported and
-unused is ignored) or a model-local function, an optional output it does not compute, tensors other than
+``onnx.checker`` (its shape inference included), an opset below :data:`MIN_OPSET` where one of its operators is
+defined otherwise, an operator outside :data:`SUPPORTED` (naming the node and the supported operators), a node of a
+custom domain or of ONNX-ML other than :data:`ML_OPERATORS` (a domain imported and unused is ignored) or a
+model-local function, an optional output it does not compute, tensors other than
 float32/int/bool, external data that is missing, outside the graph's folder or of another size than its file and
 tensor state, a declared input beyond :data:`MAX_VALUE_BYTES` for one sample. Then the graph runs once on one sample
 through the FP32 reference ops (:meth:`Interpreter._dry_run`), so that an attribute value, a rank or a shape it
@@ -41,6 +42,7 @@ MIN_OPSET = 17  # LayerNormalization is a single ONNX op from opset 17 on
 MAX_GRAPH_BYTES = 2 ** 31 - 1  # a protobuf message holds at most 2 GiB: larger weights are external data
 MAX_VALUE_BYTES = 1 << 32  # the most one value of one sample may take (a declared input, an Expand, a Tile, a Pad)
 DOMAINS = ("", "ai.onnx")
+ML_DOMAIN = "ai.onnx.ml"  # ONNX-ML: of its operators, those in ML_OPERATORS are run
 F32 = np.float32
 # Element types a graph may hold: float32 (its arithmetic is the backend's), integers and booleans (indices, masks).
 TENSOR_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL}
@@ -254,16 +256,17 @@ class Interpreter:
         if m.functions:
             raise InterpreterError(f"{self.source} defines model-local functions ({', '.join(f.name for f in m.functions)}); "
                                    "only the standard ONNX operators are run")
-        for opset in m.opset_import:  # a domain imported but used by no node (skl2onnx's ai.onnx.ml) is ignored
-            if opset.domain in DOMAINS and opset.version < MIN_OPSET:
-                raise InterpreterError(f"{self.source} has opset {opset.version}; opset {MIN_OPSET} or later is "
-                                       "supported (convert it with onnx.version_converter)")
         for node in m.graph.node:
             where = f"node {node.name or '(unnamed)'!r} ({node.op_type})"
-            if node.domain not in DOMAINS:
+            if node.domain == ML_DOMAIN and node.op_type not in ML_OPERATORS:
+                hint = (" (skl2onnx writes ZipMap unless the classifier is converted with "
+                        "options={id(model): {'zipmap': False}})" if node.op_type == "ZipMap" else "")
+                raise InterpreterError(f"{where}: the ONNX-ML operator {node.op_type} (domain {ML_DOMAIN!r}) is not "
+                                       f"supported{hint}; of that domain only {', '.join(sorted(ML_OPERATORS))} run")
+            if node.domain not in (*DOMAINS, ML_DOMAIN):
                 raise InterpreterError(f"{where} is in the custom domain {node.domain!r}; only the standard ONNX "
-                                       "domain is run")
-            if node.op_type not in SUPPORTED:
+                                       f"domain is run (and {', '.join(sorted(ML_OPERATORS))} of {ML_DOMAIN!r})")
+            if node.op_type not in SUPPORTED or (node.domain == ML_DOMAIN) != (node.op_type in ML_OPERATORS):
                 raise InterpreterError(f"{where}: operator {node.op_type} is not supported; supported operators: "
                                        f"{', '.join(sorted(SUPPORTED))}")
             for attribute in node.attribute:
@@ -274,6 +277,27 @@ class Interpreter:
             if computed is not None and extra:
                 raise InterpreterError(f"{where}: its optional output(s) {extra} are not computed; only its first "
                                        f"{computed} output(s)")
+        for opset in m.opset_import:  # a domain imported but used by no node (skl2onnx's ai.onnx.ml) is ignored
+            if opset.domain in DOMAINS and opset.version < MIN_OPSET:
+                self._check_old_opset(opset.version)
+
+    def _check_old_opset(self, version: int) -> None:
+        """A graph of an opset below :data:`MIN_OPSET` is read as written only when each of its standard operators is
+        defined there as at MIN_OPSET (exporters such as skl2onnx write the lowest opset their operators need): the
+        interpreter implements MIN_OPSET's definitions and later ones."""
+        for node in self.model.graph.node:
+            if node.domain not in DOMAINS:
+                continue
+            try:
+                since = onnx.defs.get_schema(node.op_type, MIN_OPSET, "").since_version
+            except onnx.defs.SchemaError:
+                continue  # not an operator of opset MIN_OPSET: refused by name below
+            if since > version:
+                raise InterpreterError(
+                    f"{self.source} has opset {version}, where node {node.name or '(unnamed)'!r} ({node.op_type}) is "
+                    f"defined otherwise than at opset {MIN_OPSET} ({node.op_type}-{since}); opset {MIN_OPSET} or "
+                    "later is supported, or an older one whose operators are all defined as at "
+                    f"{MIN_OPSET} (convert it with onnx.version_converter)")
 
     def _check_forms(self) -> None:
         """Operators run only inside a sub-graph form (Erf inside GELU) are refused before the graph runs."""
@@ -461,19 +485,52 @@ def _gemm(node, args, attrs, ops, constant, interp):
 def _conv(node, args, attrs, ops, constant, interp):
     x, w, b = (args + [None])[:3]
     spatial = np.ndim(w) - 2
-    if spatial not in (1, 2):
-        raise InterpreterError(f"node {node.name!r}: Conv of {spatial} spatial dimension(s); 1-D and 2-D Conv are "
-                               "supported")
+    if spatial not in (1, 2, 3) or np.ndim(x) != np.ndim(w):
+        raise InterpreterError(f"node {node.name!r}: Conv of {spatial} spatial dimension(s) on a tensor of rank "
+                               f"{np.ndim(x)}; 1-D, 2-D and 3-D Conv are supported")
     strides, dilations = _ints(attrs, "strides", spatial, 1), _ints(attrs, "dilations", spatial, 1)
     begin, end = _pads(node, attrs, np.shape(x)[2:], np.shape(w)[2:], strides, dilations)
     if begin != end:  # uneven padding: zeros added exactly, then a convolution without padding
         x, begin = _pad_exact(x, begin, end, 0.0), [0] * spatial
+    if spatial == 3:
+        return [_conv3d(node, x, w, b, strides, dilations, begin, int(attrs.get("group", 1)), ops)]
     if spatial == 1:  # a 1-D convolution is a 2-D one of height 1
         x, w = x[:, :, None, :], w[:, :, None, :]
         strides, dilations, begin = (1, *strides), (1, *dilations), [0, *begin]
     y = ops.conv2d(x, w, b, stride=tuple(strides), padding=tuple(begin), dilation=tuple(dilations),
                    groups=int(attrs.get("group", 1)), name=_layer(node.name))
     return [y[:, :, 0, :] if spatial == 1 else y]
+
+
+def _conv3d(node, x, w, b, strides, dilations, pads, groups, ops):
+    """A 3-D convolution (NCDHW) as one 2-D convolution per output depth plane: the input planes its kernel reaches,
+    stacked as channels (channel c, tap k at c * kd + k, so that each group's channels stay together), convolved with
+    the weight laid out alike (O, C/groups * kd, kh, kw). Each output sums all of its window's products in one matrix
+    op, as the 2-D convolution does; the depth padding is added exactly (zeros)."""
+    if pads[0]:
+        x = _pad_exact(x, [pads[0], 0, 0], [pads[0], 0, 0], 0.0)
+    channels, depth = np.shape(x)[1], np.shape(x)[2]
+    out_channels, per_group, kd, kh, kw = (int(d) for d in np.shape(w))
+    if channels != per_group * groups or out_channels % groups:
+        raise InterpreterError(f"node {node.name!r}: Conv input of {channels} channels, weight {np.shape(w)} with "
+                               f"group={groups}")
+    stride, dilation = strides[0], dilations[0]
+    span = dilation * (kd - 1) + 1
+    planes = (int(depth) - span) // stride + 1
+    if planes < 1:
+        raise InterpreterError(f"node {node.name!r}: Conv of depth {depth} (padded) with a kernel spanning {span}")
+    _budget(f"node {node.name!r} (Conv, input planes stacked per output plane)",
+            [channels * kd, *np.shape(x)[3:]], np.float32)
+    weight = np.reshape(w, (out_channels, per_group * kd, kh, kw))
+    out = []
+    for plane in range(planes):
+        start = plane * stride
+        slab = x[:, :, start: start + span: dilation]  # (N, C, kd, H, W)
+        slab = slab.reshape((slab.shape[0], channels * kd, *slab.shape[3:]))
+        y = ops.conv2d(slab, weight, b, stride=tuple(strides[1:]), padding=tuple(pads[1:]),
+                       dilation=tuple(dilations[1:]), groups=groups, name=_layer(node.name))
+        out.append(y[:, :, None])
+    return out[0] if planes == 1 else np.concatenate(out, axis=2)
 
 
 def _text(value) -> str:
@@ -645,6 +702,54 @@ def _reduce_select(fn, largest):
     return run
 
 
+def _arg_select(largest):
+    """ArgMax / ArgMin: the index of the largest (smallest) value along an axis, the first (``select_last_index``:
+    the last) of equal ones; a selection, exact."""
+    def run(node, args, attrs, ops, constant, interp):
+        x = np.asarray(args[0])
+        axis = int(attrs.get("axis", 0)) % max(x.ndim, 1)
+        if x.shape[axis] == 0:
+            raise ValuesError(f"node {node.name!r}: {node.op_type} over an empty axis")
+        fn = np.argmax if largest else np.argmin
+        if int(attrs.get("select_last_index", 0)):
+            y = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis)
+        else:
+            y = fn(x, axis=axis)
+        y = np.asarray(y, np.int64)
+        return [np.expand_dims(y, axis) if int(attrs.get("keepdims", 1)) else y]
+    return run
+
+
+def _scaler(node, args, attrs, ops, constant, interp):
+    """ONNX-ML Scaler (scikit-learn's StandardScaler as skl2onnx writes it): (x - offset) * scale over the last axis,
+    a ``sub`` and a ``mul`` of the ops."""
+    x = args[0]
+    if _integers(x):
+        raise InterpreterError(f"node {node.name!r}: Scaler of {_array(x).dtype} is not supported (float32 only)")
+    features = np.shape(x)[-1] if np.ndim(x) else 1
+    operands = []
+    for key, default in (("offset", 0.0), ("scale", 1.0)):
+        value = np.asarray(attrs.get(key, [default]), F32)
+        if value.size not in (1, features):
+            raise InterpreterError(f"node {node.name!r}: Scaler {key} of {value.size} values for {features} features")
+        operands.append(value)
+    name = _layer(node.name)
+    return [ops.mul(ops.sub(x, operands[0], name=f"{name}/offset"), operands[1], name=name)]
+
+
+def _array_feature_extractor(node, args, attrs, ops, constant, interp):
+    """ONNX-ML ArrayFeatureExtractor: the elements of the last axis at the (flattened) indices, a rank-1 input's as
+    one row (as onnxruntime defines it; skl2onnx maps a classifier's class index to its label with it); exact."""
+    x, indices = _array(args[0]), np.asarray(args[1]).reshape(-1)
+    if indices.dtype.kind not in "iu":
+        raise InterpreterError(f"node {node.name!r}: ArrayFeatureExtractor indices of {indices.dtype}; integers expected")
+    n = x.shape[-1] if x.ndim else 0
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        raise ValuesError(f"node {node.name!r}: ArrayFeatureExtractor indices outside [0, {n})")
+    y = np.take(x, indices.astype(np.int64), axis=-1)
+    return [y[None] if x.ndim == 1 else y]
+
+
 def _global_average_pool(node, args, attrs, ops, constant, interp):
     return [ops.mean(args[0], axis=tuple(range(2, np.ndim(args[0]))), keepdims=True, name=_layer(node.name))]
 
@@ -654,9 +759,9 @@ def _pool_geometry(node, attrs, x):
     (the extra positions beyond the stated pads, which no window average counts), and those extra positions."""
     kernel = [int(k) for k in attrs["kernel_shape"]]
     spatial = len(kernel)
-    if spatial not in (1, 2) or np.ndim(x) != spatial + 2:
+    if spatial not in (1, 2, 3) or np.ndim(x) != spatial + 2:
         raise InterpreterError(f"node {node.name!r}: {node.op_type} of {spatial} spatial dimension(s) on a tensor of "
-                               f"rank {np.ndim(x)}; 1-D and 2-D pooling are supported")
+                               f"rank {np.ndim(x)}; 1-D, 2-D and 3-D pooling are supported")
     dilations = _ints(attrs, "dilations", spatial, 1)
     if any(d != 1 for d in dilations):
         raise InterpreterError(f"node {node.name!r}: {node.op_type} with dilations {dilations} is not supported")
@@ -680,6 +785,26 @@ def _as_2d(x, spatial):
     return x[:, :, None, :] if spatial == 1 else x
 
 
+def _depth_planes(x, kernel, strides):
+    """For 3-D pooling (NCDHW): per output depth plane, the input planes its windows reach with the depth interleaved
+    into the width, (N, C, H, W * kd) with element (h, w * kd + k) from plane k, and the 2-D kernel and stride that
+    then cover each 3-D window, (kh, kw * kd) at (sh, sw * kd): one 2-D pooling op per output plane sees exactly the
+    elements of its 3-D windows."""
+    kd, kh, kw = kernel
+    sd, sh, sw = strides
+    planes = (int(np.shape(x)[2]) - kd) // sd + 1
+    slabs = []
+    for plane in range(planes):
+        slab = x[:, :, plane * sd: plane * sd + kd].transpose(0, 1, 3, 4, 2)  # (N, C, H, W, kd)
+        slabs.append(slab.reshape((slab.shape[0], slab.shape[1], slab.shape[2], slab.shape[3] * kd)))
+    return slabs, (kh, kw * kd), (sh, sw * kd)
+
+
+def _stack_planes(planes):
+    out = [y[:, :, None] for y in planes]
+    return out[0] if len(out) == 1 else np.concatenate(out, axis=2)
+
+
 def _max_pool(node, args, attrs, ops, constant, interp):
     x = args[0]
     kernel, strides, begin, end, extra = _pool_geometry(node, attrs, x)
@@ -687,6 +812,10 @@ def _max_pool(node, args, attrs, ops, constant, interp):
     if any(begin) or any(end):  # -inf added exactly: a window's maximum is that of its elements
         x = _pad_exact(x, begin, end, -np.inf)
     spatial = len(kernel)
+    if spatial == 3:
+        slabs, k2, s2 = _depth_planes(x, kernel, strides)
+        return [_stack_planes([ops.max_pool2d(slab, kernel=k2, stride=s2, padding=0, name=_layer(node.name))
+                               for slab in slabs])]
     y = ops.max_pool2d(_as_2d(x, spatial), kernel=tuple([1] * (2 - spatial) + kernel),
                        stride=tuple([1] * (2 - spatial) + strides), padding=0, name=_layer(node.name))
     return [y[:, :, 0, :] if spatial == 1 else y]
@@ -706,6 +835,11 @@ def _average_pool(node, args, attrs, ops, constant, interp):
     end = [e + x_ for e, x_ in zip(end, extra)]
     if any(begin) or any(end):
         x = _pad_exact(x, begin, end, 0.0)
+    if spatial == 3:
+        slabs, k2, s2 = _depth_planes(x, kernel, strides)
+        counts, _, _ = _depth_planes(counted, kernel, strides)
+        return [_stack_planes([ops.avg_pool2d(slab, window_sums(count, k2, s2)[0, 0], kernel=k2, stride=s2,
+                                              name=_layer(node.name)) for slab, count in zip(slabs, counts)])]
     k2, s2 = tuple([1] * (2 - spatial) + kernel), tuple([1] * (2 - spatial) + strides)
     divisor = window_sums(_as_2d(counted, spatial), k2, s2)[0, 0]
     y = ops.avg_pool2d(_as_2d(x, spatial), divisor, kernel=k2, stride=s2, name=_layer(node.name))
@@ -1121,8 +1255,10 @@ _RUN = {
     "Log": _unary_float("log"), "Reciprocal": _unary_float("reciprocal"), "Clip": _clip, "Mod": _mod,
     "HardSigmoid": _hard_sigmoid, "HardSwish": _unary("hard_swish"), "ReduceSum": _reduce_sum,
     "ReduceMax": _reduce_select(np.max, True), "ReduceMin": _reduce_select(np.min, False),
-    "Resize": _resize,
+    "Resize": _resize, "ArgMax": _arg_select(True), "ArgMin": _arg_select(False),
+    "Scaler": _scaler, "ArrayFeatureExtractor": _array_feature_extractor,
 }
+ML_OPERATORS = frozenset({"Scaler", "ArrayFeatureExtractor"})  # the ONNX-ML (ai.onnx.ml) operators run
 # Operators with optional further outputs, and how many outputs the interpreter computes for each.
 _OUTPUTS = {"MaxPool": 1, "LayerNormalization": 3, "BatchNormalization": 1}
 SUPPORTED = frozenset(_RUN)
@@ -1130,9 +1266,12 @@ SUPPORTED = frozenset(_RUN)
 _EXACT = frozenset({"Identity", "Cast", "Reshape", "Transpose", "Slice", "Unsqueeze", "Squeeze", "Concat", "Split",
                     "Flatten", "Shape", "Constant", "Expand", "Equal", "Not", "Where", "Gather",
                     "ConstantOfShape", "And", "Or", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsNaN",
-                    "Range", "Pad", "Tile", "GatherElements", "GatherND", "ScatterND", "ReduceMax", "ReduceMin"})
+                    "Range", "Pad", "Tile", "GatherElements", "GatherND", "ScatterND", "ReduceMax", "ReduceMin",
+                    "ArgMax", "ArgMin", "ArrayFeatureExtractor"})
 
 
+# Exact steps whose result holds the elements of their first operand, laid out anew.
+_RELAYOUT = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Flatten"})
 # Operators that run exactly in numpy when their operands are integers (index arithmetic), through the ops otherwise.
 _INTEGER_PATHS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Abs", "Neg", "Sign", "Clip", "Mod", "CumSum",
                             "ReduceSum"})
@@ -1160,12 +1299,28 @@ def _replay(node, args, attrs, constant, interp):
             names.append(a.name if isinstance(a, GraphTensor) else graph.constant(np.asarray(a), f"{label}/{name}"))
     outputs = [graph.value_name(label) for _ in results]
     kept = {k: v for k, v in attrs.items()}
-    graph.add_node(node.op_type, names, outputs, label, **kept)
+    if node.op_type == "ArrayFeatureExtractor":  # written in the standard domain: Gather of the flattened indices
+        flat = graph.value_name(f"{label}/indices")
+        graph.add_node("Reshape", [names[1], graph.constant(np.array([-1], np.int64), f"{label}/flat")], [flat],
+                       graph.node_name(f"{label}/Reshape"))
+        if np.ndim(example[0]) == 1:
+            row = graph.value_name(f"{label}/row")
+            graph.add_node("Gather", [names[0], flat], [row], graph.node_name(f"{label}/Gather"), axis=-1)
+            graph.add_node("Unsqueeze", [row, graph.constant(np.array([0], np.int64), f"{label}/axis")], outputs,
+                           label)
+        else:
+            graph.add_node("Gather", [names[0], flat], outputs, label, axis=-1)
+    else:
+        graph.add_node(node.op_type, names, outputs, label, **kept)
+    # a 1-D integer result is an index or shape vector, unless it holds the elements of a batched operand (a
+    # classifier's labels flattened)
+    holds = node.op_type in _RELAYOUT and any(a.batch_axis is not None for a in tensors)
     out = []
     for name, value in zip(outputs, results):
         value = np.asarray(value)
         batched = (batch is not None and value.ndim >= 1 and value.shape[0] == batch
-                   and (value.ndim >= 2 or value.dtype.kind not in "iu"))
+                   and (value.ndim >= 2 or value.dtype.kind not in "iu"
+                        or (holds and value.size == value_of(tensors[0]).size)))
         out.append(GraphTensor(graph, name, value, 0 if batched else None, source))
     return out
 
