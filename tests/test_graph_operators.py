@@ -202,13 +202,23 @@ def test_einsum_as_a_matrix_product(equation, b_shape, constant):
     assert calls[-1] == ("linear" if constant else "matmul")
 
 
-@pytest.mark.parametrize("mode, transform", [("linear", "half_pixel"), ("linear", "align_corners"),
-                                             ("linear", "pytorch_half_pixel"), ("nearest", "asymmetric")])
-def test_resize_against_onnxruntime_and_one_fp16_rounding(mode, transform):
+CUBIC_A = {"cubic_coeff_a": -0.5}
+EXCLUDE = {"cubic_coeff_a": -0.5, "exclude_outside": 1}
+
+
+@pytest.mark.parametrize("mode, transform, extra, out", [
+    ("linear", "half_pixel", {}, (9, 7)), ("linear", "align_corners", {}, (9, 7)),
+    ("linear", "pytorch_half_pixel", {}, (9, 7)), ("nearest", "asymmetric", {}, (9, 7)),
+    # cubic: Keys' kernel over four neighbours per axis, up and down, its coefficient and exclude_outside
+    ("cubic", "half_pixel", {}, (9, 7)), ("cubic", "half_pixel", {}, (3, 2)), ("cubic", "align_corners", {}, (9, 3)),
+    ("cubic", "asymmetric", CUBIC_A, (11, 8)), ("cubic", "pytorch_half_pixel", {}, (9, 1)),
+    ("cubic", "half_pixel", EXCLUDE, (9, 7)), ("cubic", "half_pixel", EXCLUDE, (3, 3)),
+])
+def test_resize_against_onnxruntime_and_one_fp16_rounding(mode, transform, extra, out):
     x = np.random.default_rng(5).standard_normal((2, 3, 5, 4)).astype(np.float32)
-    sizes = np.int64([2, 3, 9, 7])
-    model = graph("Resize", [2, 3, 5, 4], [2, 3, 9, 7], (("sizes", sizes),), ["", "", "sizes"], mode=mode,
-                  coordinate_transformation_mode=transform, nearest_mode="floor")
+    sizes = np.int64([2, 3, *out])
+    model = graph("Resize", [2, 3, 5, 4], [2, 3, *out], (("sizes", sizes),), ["", "", "sizes"], mode=mode,
+                  coordinate_transformation_mode=transform, nearest_mode="floor", **extra)
     expected = session(model).run(None, {"x": x})[0]
     interpreter = Interpreter(model.SerializeToString())
     got = interpreter.run({"x": x}, Ops())["y"]

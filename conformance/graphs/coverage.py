@@ -56,7 +56,7 @@ _CALLS = {
     "Erf": ("gelu, only inside the exact GELU sub-graph", ("gelu",)),
     "Sigmoid": ("sigmoid (silu, glu in their sub-graphs)", ("sigmoid", "silu", "glu")),
     "ReduceSum": ("sum (integers exact)", ("sum",)),
-    "Resize": ("interpolate (linear; nearest: exact)", ("interpolate",)),
+    "Resize": ("interpolate (linear, cubic; nearest: exact)", ("interpolate",)),
     "Scaler": ("sub (offset), then mul (scale)", ("sub", "mul")),
 }
 

@@ -1172,33 +1172,79 @@ def _resize_coordinates(mode: str, out_size: int, in_size: int, scale: float) ->
         return o / scale
     if mode == "pytorch_half_pixel" and out_size == 1:
         return np.zeros(1)
+    if mode == "half_pixel_symmetric":  # centred: the output's rounded-down length spread symmetrically
+        adjustment = out_size / (in_size * scale)
+        return in_size / 2 * (1 - adjustment) + (o + 0.5) / scale - 0.5
     return (o + 0.5) / scale - 0.5  # half_pixel, pytorch_half_pixel
+
+
+def _cubic_weights(coords: np.ndarray, size: int, a: float, exclude_outside: bool) -> np.ndarray:
+    """The (out, size) matrix of ONNX's cubic interpolation along one axis: each output the weighted sum of the four
+    inputs around its coordinate (Keys' kernel of ``cubic_coeff_a``), positions beyond the edges the edge input, or
+    with ``exclude_outside`` weighted 0 and the other weights scaled to sum to 1."""
+    base = np.floor(coords)
+    t = (coords - base)[:, None]
+    taps = np.abs(np.arange(-1, 3)[None, :] - t)  # distance of each of the four neighbours
+    near = ((a + 2) * taps - (a + 3)) * taps * taps + 1  # |d| <= 1
+    far = ((a * taps - 5 * a) * taps + 8 * a) * taps - 4 * a  # 1 < |d| < 2
+    weights = np.where(taps <= 1, near, far)
+    index = base.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
+    if exclude_outside:
+        weights = np.where((index < 0) | (index >= size), 0.0, weights)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    matrix = np.zeros((len(coords), size))
+    np.add.at(matrix, (np.repeat(np.arange(len(coords)), 4), np.clip(index, 0, size - 1).reshape(-1)),
+              weights.reshape(-1))
+    return matrix
+
+
+def _linear_weights(coords: np.ndarray, size: int) -> np.ndarray:
+    """The (out, size) matrix of linear interpolation along one axis (coordinates beyond the edges at the edge)."""
+    c = np.clip(coords, 0, size - 1)
+    low = np.floor(c).astype(np.int64)
+    high = np.minimum(low + 1, size - 1)
+    weight = c - low
+    matrix = np.zeros((len(c), size))
+    np.add.at(matrix, (np.arange(len(c)), low), 1 - weight)
+    np.add.at(matrix, (np.arange(len(c)), high), weight)
+    return matrix
 
 
 def _resize(node, args, attrs, ops, constant, interp):
     """Resize of the spatial axes of an (N, C, H, W) or (N, C, L) tensor: ``nearest`` as an exact selection of input
-    elements, ``linear`` as one ``interpolate`` op (each output a weighted sum of its two or four neighbours)."""
+    elements, ``linear`` and ``cubic`` as one ``interpolate`` op (each output a weighted sum of its two or four
+    neighbours per axis, the weights of each output row and column constant matrices)."""
     x, _, scales, sizes = (list(args) + [None] * 4)[:4]
     refuse = f"node {node.name!r}: Resize"
     mode = _text(attrs.get("mode", "nearest"))
     transform = _text(attrs.get("coordinate_transformation_mode", "half_pixel"))
-    if mode not in ("nearest", "linear"):
-        raise InterpreterError(f"{refuse} mode {mode!r} is not supported (nearest and linear are)")
-    if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
+    if mode not in ("nearest", "linear", "cubic"):
+        raise InterpreterError(f"{refuse} mode {mode!r} is not supported (nearest, linear and cubic are)")
+    if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric"):
         raise InterpreterError(f"{refuse} coordinate_transformation_mode {transform!r} is not supported")
-    if int(attrs.get("antialias", 0)) or int(attrs.get("exclude_outside", 0)) or "axes" in attrs or \
-            _text(attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
-        raise InterpreterError(f"{refuse} with antialias, exclude_outside, axes or a keep_aspect_ratio_policy is not "
-                               "supported")
+    if int(attrs.get("antialias", 0)) or _text(attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
+        raise InterpreterError(f"{refuse} with antialias or a keep_aspect_ratio_policy is not supported")
+    exclude = bool(int(attrs.get("exclude_outside", 0)))
+    if exclude and mode != "cubic":  # as onnxruntime: ONNX defines it for cubic (and antialiasing)
+        raise InterpreterError(f"{refuse} mode {mode!r} with exclude_outside is not supported (cubic's only)")
     shape = tuple(int(d) for d in np.shape(x))
-    if sizes is not None and np.size(sizes):
-        out = [int(v) for v in np.ravel(sizes)]
-        factors = [o / i if i else 1.0 for o, i in zip(out, shape)]
-    elif scales is not None and np.size(scales):
-        factors = [float(v) for v in np.ravel(scales)]
-        out = [int(np.floor(i * f)) for i, f in zip(shape, factors)]
-    else:
+    axes = [int(a) % len(shape) for a in attrs.get("axes", range(len(shape)))]  # the axes scales or sizes are of
+    if len(set(axes)) != len(axes):
+        raise InterpreterError(f"{refuse} with repeated axes {list(attrs['axes'])}")
+    out, factors = list(shape), [1.0] * len(shape)
+    given = np.ravel(sizes) if sizes is not None and np.size(sizes) else np.ravel(scales) \
+        if scales is not None and np.size(scales) else None
+    if given is None:
         raise InterpreterError(f"{refuse} without scales or sizes")
+    if len(given) != len(axes):
+        raise ValuesError(f"{refuse}: {len(given)} scales or sizes for {len(axes)} axes")
+    for axis, value in zip(axes, given):
+        if sizes is not None and np.size(sizes):
+            out[axis] = int(value)
+            factors[axis] = out[axis] / shape[axis] if shape[axis] else 1.0
+        else:
+            factors[axis] = float(value)
+            out[axis] = int(np.floor(shape[axis] * factors[axis]))
     if len(out) != len(shape) or len(shape) not in (3, 4) or tuple(out[:2]) != shape[:2] or min(out) < 1:
         raise ValuesError(f"{refuse} of a tensor of shape {shape} to {tuple(out)}: only the spatial axes of an "
                                "(N, C, H, W) or (N, C, L) tensor are resized")
@@ -1214,16 +1260,9 @@ def _resize(node, args, attrs, ops, constant, interp):
         for axis, (c, size) in enumerate(zip(coords, shape[2:]), 2):
             y = np.take(y, np.clip(pick(c), 0, size - 1).astype(np.int64), axis=axis)
         return [y]
-    matrices = []
-    for c, size in zip(coords, shape[2:]):
-        c = np.clip(c, 0, size - 1)
-        low = np.floor(c).astype(np.int64)
-        high = np.minimum(low + 1, size - 1)
-        weight = c - low
-        matrix = np.zeros((len(c), size))
-        np.add.at(matrix, (np.arange(len(c)), low), 1 - weight)
-        np.add.at(matrix, (np.arange(len(c)), high), weight)
-        matrices.append(matrix.astype(F32))
+    a = float(attrs.get("cubic_coeff_a", -0.75))
+    matrices = [(_cubic_weights(c, size, a, exclude) if mode == "cubic" else _linear_weights(c, size)).astype(F32)
+                for c, size in zip(coords, shape[2:])]
     if len(shape) == 3:
         y = ops.interpolate(x[:, :, None, :], np.ones((1, 1), F32), matrices[0], name=_layer(node.name))
         return [y[:, :, 0, :]]
