@@ -419,3 +419,64 @@ def test_large_weights_are_checked_by_their_shapes():
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 300])], [const("w", big)])
     x = np.ones((2, 300), np.float32)
     np.testing.assert_array_equal(Interpreter(right.SerializeToString()).run({"x": x}, Ops())["y"], x @ big)
+
+
+# -- memory: a graph's weights are held once ------------------------------------------------------------------------
+_PEAK = """
+import sys
+from conformance.graphs.interpreter import Interpreter
+def status(key):
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key))
+before = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak (VmHWM) from here on
+interpreter = Interpreter(sys.argv[1])
+print(status("VmHWM") - before, status("VmRSS") - before)
+"""
+
+
+def _weights_graph(path, *, external: bool, n: int = 2048, layers: int = 4):
+    """A MatMul chain of ``layers`` (n, n) float32 weights (16 MiB each at n=2048)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((n, n), dtype=np.float32) / np.float32(n ** 0.5), f"w{i}")
+             for i in range(layers)]
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"w{i}"], [f"h{i}"], name=f"mm{i}")
+             for i in range(layers)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", n])],
+                       [helper.make_tensor_value_info(f"h{layers - 1}", TensorProto.FLOAT, ["batch", n])], inits)
+    onnx.save_model(model, path, save_as_external_data=external, location="w.data")
+    return model, layers * n * n * 4
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"), reason="Linux's /proc peak RSS")
+@pytest.mark.parametrize("external", [False, True])
+def test_reading_a_graph_holds_its_weights_once(tmp_path, external):
+    """Peak and held resident memory of reading a 64 MiB graph, in a fresh process: the parsed file and its weights
+    as arrays at the peak (the weights alone from external data), the arrays alone once read (the transposed layout
+    a MatMul's linear op takes is the arrays' own, not a copy)."""
+    import subprocess
+    import sys
+    _, weights = _weights_graph(tmp_path / "g.onnx", external=external)
+    # glibc's fixed mmap threshold: a freed large block leaves the process (its default raises the threshold after
+    # a free, so that the next blocks come from the heap, which keeps what is freed: RSS would not measure what is held)
+    env = {**__import__("os").environ, "MALLOC_MMAP_THRESHOLD_": str(1 << 17)}
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(tmp_path / "g.onnx")], capture_output=True, text=True,
+                         check=True, env=env).stdout.split()
+    peak, held = (int(v) / weights for v in out)
+    assert held <= 1.25, (peak, held)
+    assert peak <= (1.5 if external else 2.5), (peak, held)
+
+
+def test_the_graph_is_written_whole_and_a_given_model_is_left_as_it_is(tmp_path):
+    """Reading a file releases its weights from the parsed graph; :meth:`Interpreter.serialized` writes them back,
+    and onnxruntime computes the same from it as from the file. A ModelProto given is the caller's: untouched."""
+    model, _ = _weights_graph(tmp_path / "g.onnx", external=False, n=256, layers=2)
+    interpreter = Interpreter(tmp_path / "g.onnx")
+    assert all(not t.raw_data for t in interpreter.model.graph.initializer)
+    x = {"x": np.random.default_rng(1).standard_normal((3, 256)).astype(np.float32)}
+    whole = interpreter.serialized()
+    assert onnx.load_from_string(whole).graph.initializer[0].raw_data == model.graph.initializer[0].raw_data
+    np.testing.assert_array_equal(session(whole).run(None, x)[0], session(str(tmp_path / "g.onnx")).run(None, x)[0])
+    assert relative_error(interpreter.run(x, Ops())["h1"], session(whole).run(None, x)[0]) <= 1e-6
+    Interpreter(model)
+    assert all(len(t.raw_data) == 256 * 256 * 4 for t in model.graph.initializer)

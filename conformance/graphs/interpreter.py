@@ -101,7 +101,8 @@ def _without_large_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     shape inference read no weight's values; shapes and small constants are kept), so that checking does not copy
     the weights (the checker serialises the model and parses it again, twice with its shape inference); the weights'
     sizes are checked when they are read (:func:`numpy_helper.to_array`)."""
-    large = [t for t in model.graph.initializer if len(t.raw_data) > LARGE_WEIGHT]
+    large = [t for t in model.graph.initializer
+             if external_data_helper.uses_external_data(t) or len(t.raw_data) > LARGE_WEIGHT]
     if not large:
         return model
     light = onnx.ModelProto()
@@ -118,6 +119,33 @@ def _without_large_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     declared = {v.name for v in model.graph.input}
     graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large
                        if t.name not in declared)
+    return light
+
+
+def _without_data(model: onnx.ModelProto, names: set[str]) -> onnx.ModelProto:
+    """A copy of ``model`` whose initializers ``names`` keep their name, type and dims but no data: the parsed
+    message holds its weights (protobuf may keep the whole serialised file for them), so that once they are read
+    into arrays, the graph is held without them."""
+    def copy(source, target, skip: str) -> None:
+        for field, value in source.ListFields():
+            if field.name == skip:
+                continue
+            if hasattr(value, "extend"):  # a repeated field
+                getattr(target, field.name).extend(value)
+            elif field.message_type is not None:
+                getattr(target, field.name).CopyFrom(value)
+            else:
+                setattr(target, field.name, value)
+
+    light = onnx.ModelProto()
+    copy(model, light, "graph")
+    copy(model.graph, light.graph, "initializer")
+    for tensor in model.graph.initializer:
+        if tensor.name in names:
+            light.graph.initializer.add(name=tensor.name, dims=tensor.dims, data_type=tensor.data_type,
+                                        doc_string=tensor.doc_string)
+        else:
+            light.graph.initializer.append(tensor)
     return light
 
 
@@ -148,7 +176,12 @@ class Interpreter:
 
     def __init__(self, graph, *, base_dir: str | os.PathLike | None = None, check_run: bool = True):
         """``graph``: a path, serialised bytes or a ModelProto; ``base_dir``: where its external data lives (the
-        file's folder for a path); ``check_run``: run it once on one sample (:meth:`_dry_run`)."""
+        file's folder for a path); ``check_run``: run it once on one sample (:meth:`_dry_run`).
+
+        The graph's weights are held once, as the arrays of :attr:`constants`: external data is read straight into
+        them, and a graph parsed here (from a path or bytes) has its large initializers' data released from
+        :attr:`model` once read (:meth:`serialized` writes the graph whole again); a ModelProto given is the
+        caller's and is left as it is."""
         if isinstance(graph, (str, os.PathLike)):
             path = Path(graph)
             base_dir = path.parent if base_dir is None else base_dir
@@ -164,7 +197,8 @@ class Interpreter:
             self.source = str(path)
         else:
             self.source = "the graph"
-        if isinstance(graph, (bytes, bytearray)):
+        owned = isinstance(graph, (bytes, bytearray))  # parsed here: its weights' data may be released
+        if owned:
             try:
                 graph = onnx.load_from_string(bytes(graph))
             except (DecodeError, ValueError, RuntimeError) as exc:
@@ -173,7 +207,7 @@ class Interpreter:
             raise InterpreterError(f"{self.source} is not an ONNX model (no graph nodes)")
         self.model = graph
         self._check_structure()
-        self._load_external_data(Path(base_dir) if base_dir is not None else None)
+        self._base_dir = self._check_external_data(Path(base_dir) if base_dir is not None else None)
         try:
             onnx.checker.check_model(_without_large_weights(self.model), full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as exc:
@@ -184,11 +218,19 @@ class Interpreter:
         self.inputs = [v.name for v in g.input if v.name not in {t.name for t in g.initializer}]
         self.outputs = [v.name for v in g.output]
         self.constants = {}
+        self._released: set[str] = set()  # initializers whose data lives only in self.constants
         for t in g.initializer:
-            try:
-                self.constants[t.name] = numpy_helper.to_array(t)
-            except (ValueError, TypeError) as exc:
+            external = external_data_helper.uses_external_data(t)
+            try:  # external data read from its file (the bytes once, viewed by the array), never into the graph
+                self.constants[t.name] = numpy_helper.to_array(t, base_dir=self._base_dir or "")
+            except (ValueError, TypeError, OSError) as exc:
                 raise InterpreterError(f"initializer {t.name!r} cannot be read ({exc})") from None
+            if external or (owned and self.constants[t.name].nbytes > LARGE_WEIGHT):
+                self._released.add(t.name)
+        if owned and self._released:
+            self.model = graph = _without_data(self.model, self._released)
+            g = graph.graph
+        self._lay_out_weights()
         self._weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for tensor in g.initializer:
             if tensor.data_type not in TENSOR_TYPES:
@@ -281,6 +323,20 @@ class Interpreter:
             if opset.domain in DOMAINS and opset.version < MIN_OPSET:
                 self._check_old_opset(opset.version)
 
+    def _lay_out_weights(self) -> None:
+        """The constant (in, out) weights of MatMul and Gemm held as views of their (out, in) C-ordered transposes,
+        the layout the ops' ``linear`` takes (:meth:`weight`): each weight is held once, not also as a transposed
+        copy. A weight a Gemm also reads with transB=1 keeps its own layout."""
+        wanted, kept = set(), set()
+        for node in self.model.graph.node:
+            if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 and node.input[1] in self.constants:
+                transposed = node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
+                (kept if transposed else wanted).add(node.input[1])
+        for name in wanted - kept:
+            w = self.constants[name]
+            if w.ndim == 2 and w.dtype == F32 and w.flags.c_contiguous:
+                self.constants[name] = np.ascontiguousarray(w.T).T
+
     def _check_old_opset(self, version: int) -> None:
         """A graph of an opset below :data:`MIN_OPSET` is read as written only when each of its standard operators is
         defined there as at MIN_OPSET (exporters such as skl2onnx write the lowest opset their operators need): the
@@ -319,10 +375,12 @@ class Interpreter:
                                            "sub-graph x * 0.5 * (1 + Erf(x / sqrt(2))); the ops contract has no erf")
         self._known = values  # values known before the graph runs: what a sub-graph form's constants are matched on
 
-    def _load_external_data(self, base_dir: Path | None) -> None:
+    def _check_external_data(self, base_dir: Path | None) -> str | None:
+        """The resolved folder of the graph's external data (None when it has none), each tensor's file checked:
+        inside that folder, present, and of the tensor's size at its offset."""
         external = [t for t in self.model.graph.initializer if external_data_helper.uses_external_data(t)]
         if not external:
-            return
+            return None
         if base_dir is None:
             raise InterpreterError(f"{self.source} keeps tensors in external data ({external[0].name!r}); give the "
                                    "graph as a file, with its data beside it")
@@ -344,10 +402,21 @@ class Interpreter:
                     f"tensor {tensor.name!r}: external data {location!r} does not match: offset {offset} and length "
                     f"{length} in a file of {size} bytes, for a tensor of "
                     f"{'unknown size' if expected is None else f'{expected} bytes'}")
-        try:
-            external_data_helper.load_external_data_for_model(self.model, str(root))
-        except (OSError, ValueError) as exc:
-            raise InterpreterError(f"{self.source}: its external data cannot be read ({exc})") from None
+            if expected is None:
+                raise InterpreterError(f"tensor {tensor.name!r}: external data of a type of no fixed size")
+        return str(root)
+
+    def serialized(self) -> bytes:
+        """The graph as one serialised ModelProto, its weights inline (from :attr:`constants`, where reading the
+        graph released them from :attr:`model`)."""
+        if not self._released:
+            return self.model.SerializeToString()
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        for tensor in model.graph.initializer:
+            if tensor.name in self._released:
+                tensor.CopyFrom(numpy_helper.from_array(np.asarray(self.constants[tensor.name]), tensor.name))
+        return model.SerializeToString()
 
     # -- running ----------------------------------------------------------------------------------------------------
     def run(self, inputs: dict[str, np.ndarray], ops: Ops) -> dict[str, np.ndarray]:
@@ -430,7 +499,9 @@ class Interpreter:
         backends cache a weight's device form by the array)."""
         cached = self._weights.get(value_name)
         if cached is None or cached[0] is not matrix:
-            cached = self._weights[value_name] = (matrix, np.ascontiguousarray(np.asarray(matrix).T))
+            weight = np.asarray(matrix).T
+            cached = self._weights[value_name] = (matrix, weight if weight.flags.c_contiguous
+                                                  else np.ascontiguousarray(weight))
         return cached[1]
 
 
