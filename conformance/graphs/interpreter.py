@@ -347,7 +347,7 @@ class Interpreter:
             try:
                 since = onnx.defs.get_schema(node.op_type, MIN_OPSET, "").since_version
             except onnx.defs.SchemaError:
-                continue  # not an operator of opset MIN_OPSET: refused by name below
+                continue  # not an operator of opset MIN_OPSET: every node was checked against SUPPORTED above
             if since > version:
                 raise InterpreterError(
                     f"{self.source} has opset {version}, where node {node.name or '(unnamed)'!r} ({node.op_type}) is "
