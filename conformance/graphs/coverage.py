@@ -58,6 +58,11 @@ _CALLS = {
     "ReduceSum": ("sum (integers exact)", ("sum",)),
     "Resize": ("interpolate (linear, cubic; nearest: exact)", ("interpolate",)),
     "Scaler": ("sub (offset), then mul (scale)", ("sub", "mul")),
+    "LinearClassifier": ("linear, add (intercepts), sigmoid or softmax (post_transform), sub (a binary model's "
+                         "1 - p); the label exact", ("linear", "add", "sigmoid", "softmax", "sub")),
+    "LinearRegressor": ("linear, then add (intercepts)", ("linear", "add")),
+    "Normalizer": ("abs or mul, sum, sqrt (L2), div (MAX: the largest value exact; a norm of 0 divides by 1)",
+                   ("abs", "mul", "sum", "sqrt", "div")),
 }
 
 

@@ -232,6 +232,7 @@ class Interpreter:
             g = graph.graph
         self._lay_out_weights()
         self._weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._built: dict[str, np.ndarray] = {}  # arrays made from nodes' attributes (an ONNX-ML node's weights)
         for tensor in g.initializer:
             if tensor.data_type not in TENSOR_TYPES:
                 raise InterpreterError(f"initializer {tensor.name!r} is {onnx.TensorProto.DataType.Name(tensor.data_type)}; "
@@ -493,6 +494,14 @@ class Interpreter:
 
     def is_input(self, value_name: str) -> bool:
         return value_name in self.inputs
+
+    def attribute_array(self, node: onnx.NodeProto, key: str, build) -> np.ndarray:
+        """The array ``build()`` makes of ``node``'s attribute ``key``, made once: the same object on every run, as
+        backends cache a weight's device form by the array."""
+        name = f"{node.name}/{key}"
+        if name not in self._built:
+            self._built[name] = build()
+        return self._built[name]
 
     def weight(self, value_name: str, matrix: np.ndarray) -> np.ndarray:
         """The (out, in) weight of a MatMul's constant (in, out) operand, laid out once (as a checkpoint holds it:
@@ -819,6 +828,117 @@ def _array_feature_extractor(node, args, attrs, ops, constant, interp):
         raise ValuesError(f"node {node.name!r}: ArrayFeatureExtractor indices outside [0, {n})")
     y = np.take(x, indices.astype(np.int64), axis=-1)
     return [y[None] if x.ndim == 1 else y]
+
+
+def _exact_step(interp, op_type: str, args: list, name: str, constant: set, **attributes):
+    """A value-moving step an operator is made of (a classifier's label: ArgMax, then a Gather of the class labels),
+    run in numpy, or, on values being recorded into a graph, written there as a standard node of its own."""
+    node = onnx.helper.make_node(op_type, [f"{name}/input{i}" for i in range(len(args))], [f"{name}/output"],
+                                 name=name, **attributes)
+    attrs = _attrs(node)
+    if interp._replays(node, args, constant):
+        return _replay(node, args, attrs, constant, interp)[0]
+    return _RUN[op_type](node, args, attrs, _FP32_OPS, constant, interp)[0]
+
+
+def _ml_matrix(node, args, attrs, interp, what: str):
+    """The (rows, features) weight and the intercepts of an ONNX-ML linear model (LinearClassifier, LinearRegressor)
+    on the (N, features) float input, as the ``linear`` op takes them."""
+    x = args[0]
+    if _integers(x) or np.ndim(x) != 2:
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} of {_array(x).dtype} of rank {np.ndim(x)}; a "
+                               "float32 (N, features) input is supported")
+    features = int(np.shape(x)[1])
+    count = len(attrs.get("coefficients", []))
+    if not count or count % features:
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} has {count} coefficients for {features} features")
+    weight = interp.attribute_array(node, "coefficients",
+                                    lambda: np.asarray(attrs["coefficients"], F32).reshape(-1, features))
+    rows = weight.shape[0]
+    intercepts = interp.attribute_array(node, "intercepts", lambda: np.asarray(attrs.get("intercepts", []), F32))
+    if intercepts.size not in (0, 1, rows):
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} has {intercepts.size} intercepts for {rows} {what}")
+    transform = _text(attrs.get("post_transform", "NONE"))
+    return x, weight, intercepts, transform
+
+
+def _linear_regressor(node, args, attrs, ops, constant, interp):
+    """ONNX-ML LinearRegressor (scikit-learn's linear regressions as skl2onnx writes them): a ``linear`` op, then
+    an ``add`` of the intercepts."""
+    x, weight, intercepts, transform = _ml_matrix(node, args, attrs, interp, "targets")
+    if weight.shape[0] != int(attrs.get("targets", 1)) or transform != "NONE":
+        raise InterpreterError(f"node {node.name!r}: LinearRegressor with {weight.shape[0]} coefficient rows for "
+                               f"targets={attrs.get('targets', 1)} and post_transform {transform!r}; post_transform "
+                               "NONE is supported")
+    name = _layer(node.name)
+    y = ops.linear(x, weight, None, name=name)
+    return [ops.add(y, intercepts, name=f"{name}/bias") if intercepts.size else y]
+
+
+def _linear_classifier(node, args, attrs, ops, constant, interp):
+    """ONNX-ML LinearClassifier (logistic regression, linear SVMs) as onnxruntime defines it: the class scores as a
+    ``linear`` op and an ``add`` of the intercepts, then the post transform (``sigmoid`` for LOGISTIC, ``softmax``
+    for SOFTMAX), the label the class of the largest score (an exact ArgMax and Gather). A binary model's one score s
+    gives the pair (1 - p, p), p = sigmoid(s) for LOGISTIC and s otherwise (a ``sub``), and the second class when
+    s > 0 (an exact comparison)."""
+    x, weight, intercepts, transform = _ml_matrix(node, args, attrs, interp, "classes")
+    if "classlabels_strings" in attrs:
+        raise InterpreterError(f"node {node.name!r}: LinearClassifier with string class labels is not supported "
+                               "(integer labels are)")
+    labels = attrs.get("classlabels_ints")
+    classes = len(labels) if labels else weight.shape[0]
+    binary = weight.shape[0] == 1 and classes == 2
+    if (weight.shape[0] != classes and not binary) or classes < 2:
+        raise InterpreterError(f"node {node.name!r}: LinearClassifier of {weight.shape[0]} score rows for {classes} "
+                               "classes is not supported")
+    if transform not in ("NONE", "LOGISTIC", "SOFTMAX"):
+        raise InterpreterError(f"node {node.name!r}: LinearClassifier post_transform {transform!r} is not supported "
+                               "(NONE, LOGISTIC and SOFTMAX are)")
+    name = _layer(node.name)
+    scores = ops.linear(x, weight, None, name=name)
+    if intercepts.size:
+        scores = ops.add(scores, intercepts, name=f"{name}/bias")
+    table = interp.attribute_array(node, "classlabels_ints",
+                                   lambda: np.asarray(labels if labels else range(classes), np.int64))
+    if binary:
+        p = ops.sigmoid(scores, name=f"{name}/logistic") if transform == "LOGISTIC" else scores
+        positive = _exact_step(interp, "Greater", [scores, np.zeros(1, F32)], f"{node.name}/positive", constant)
+        best = _exact_step(interp, "Cast", [positive], f"{node.name}/class", constant, to=onnx.TensorProto.INT64)
+        scores = np.concatenate([ops.sub(np.ones(1, F32), p, name=f"{name}/complement"), p], axis=1)
+    else:
+        if transform == "LOGISTIC":
+            scores = ops.sigmoid(scores, name=f"{name}/logistic")
+        elif transform == "SOFTMAX":
+            scores = ops.softmax(scores, axis=-1, name=f"{name}/softmax")
+        best = _exact_step(interp, "ArgMax", [scores], f"{node.name}/ArgMax", constant, axis=1, keepdims=1)
+    label = _exact_step(interp, "Gather", [table, best], f"{node.name}/label", constant, axis=0)
+    return [_exact_step(interp, "Reshape", [label, np.array([-1], np.int64)], f"{node.name}/labels", constant),
+            scores]
+
+
+def _normalizer(node, args, attrs, ops, constant, interp):
+    """ONNX-ML Normalizer as onnxruntime defines it: each row divided by its L1 norm, its L2 norm or its largest
+    value (MAX), a row whose norm is 0 left as it is; as the ops ``abs``, ``mul``, ``sum``, ``sqrt`` and ``div``,
+    the largest value and the zero test exact."""
+    x = args[0]
+    norm = _text(attrs.get("norm", "MAX"))
+    if _integers(x) or np.ndim(x) != 2:
+        raise InterpreterError(f"node {node.name!r}: Normalizer of {_array(x).dtype} of rank {np.ndim(x)}; a float32 "
+                               "(N, features) input is supported")
+    name = _layer(node.name)
+    if norm == "L1":
+        total = ops.sum(ops.abs(x, name=f"{name}/abs"), axis=(1,), keepdims=True, name=f"{name}/norm")
+    elif norm == "L2":
+        total = ops.sqrt(ops.sum(ops.mul(x, x, name=f"{name}/square"), axis=(1,), keepdims=True, name=f"{name}/sum"),
+                         name=f"{name}/norm")
+    elif norm == "MAX":
+        total = _exact_step(interp, "ReduceMax", [x, np.array([1], np.int64)], f"{node.name}/norm", constant,
+                            keepdims=1)
+    else:
+        raise InterpreterError(f"node {node.name!r}: Normalizer norm {norm!r} is not one of MAX, L1, L2")
+    zero = _exact_step(interp, "Equal", [total, np.zeros(1, F32)], f"{node.name}/zero", constant)
+    divisor = _exact_step(interp, "Where", [zero, np.ones(1, F32), total], f"{node.name}/divisor", constant)
+    return [ops.div(x, divisor, name=name)]
 
 
 def _global_average_pool(node, args, attrs, ops, constant, interp):
@@ -1366,11 +1486,13 @@ _RUN = {
     "HardSigmoid": _hard_sigmoid, "HardSwish": _unary("hard_swish"), "ReduceSum": _reduce_sum,
     "ReduceMax": _reduce_select(np.max, True), "ReduceMin": _reduce_select(np.min, False),
     "Resize": _resize, "ArgMax": _arg_select(True), "ArgMin": _arg_select(False),
-    "Scaler": _scaler, "ArrayFeatureExtractor": _array_feature_extractor,
+    "Scaler": _scaler, "ArrayFeatureExtractor": _array_feature_extractor, "LinearClassifier": _linear_classifier,
+    "LinearRegressor": _linear_regressor, "Normalizer": _normalizer,
 }
-ML_OPERATORS = frozenset({"Scaler", "ArrayFeatureExtractor"})  # the ONNX-ML (ai.onnx.ml) operators run
+# the ONNX-ML (ai.onnx.ml) operators run
+ML_OPERATORS = frozenset({"Scaler", "ArrayFeatureExtractor", "LinearClassifier", "LinearRegressor", "Normalizer"})
 # Operators with optional further outputs, and how many outputs the interpreter computes for each.
-_OUTPUTS = {"MaxPool": 1, "LayerNormalization": 3, "BatchNormalization": 1}
+_OUTPUTS = {"MaxPool": 1, "LayerNormalization": 3, "BatchNormalization": 1, "LinearClassifier": 2}
 SUPPORTED = frozenset(_RUN)
 # Operators whose outputs are constant when their inputs are (weights laid out by shape steps stay weights).
 _EXACT = frozenset({"Identity", "Cast", "Reshape", "Transpose", "Slice", "Unsqueeze", "Squeeze", "Concat", "Split",
