@@ -129,6 +129,13 @@ def test_reduce_sum_and_instance_norm_against_onnxruntime():
     ("AveragePool", {"kernel_shape": [3, 2, 2], "auto_pad": "SAME_UPPER", "count_include_pad": 1}, [2, 3, 4, 5, 5]),
     ("Conv", {"pads": [1, 1, 0, 1, 1, 2], "strides": [2, 1, 2], "dilations": [2, 1, 1]}, [2, 3, 7, 6, 8]),
     ("Conv", {"auto_pad": "SAME_LOWER", "group": 3, "strides": [1, 2, 1]}, [2, 3, 4, 6, 5]),
+    # dilated pooling: each window's taps side by side, one 2-D op
+    ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 1], "dilations": [2, 3], "ceil_mode": 1, "pads": [1, 0, 1, 1]},
+     [2, 3, 9, 8]),
+    ("AveragePool", {"kernel_shape": [3], "strides": [2], "dilations": [2], "pads": [2, 1], "count_include_pad": 1},
+     [2, 3, 11]),
+    ("AveragePool", {"kernel_shape": [2, 2, 2], "dilations": [2, 1, 2], "ceil_mode": 1, "strides": [2, 2, 2]},
+     [2, 3, 6, 5, 7]),
 ])
 def test_convolution_and_pooling_geometry_against_onnxruntime(op, attrs, shape):
     rng = np.random.default_rng(2)
@@ -290,6 +297,7 @@ def test_onnx_ml_operators_against_onnxruntime(op, attrs, outputs):
 def test_onnx_ml_forms_not_run_are_refused_when_read(op, attrs, says):
     from conformance.graphs.interpreter import InterpreterError
     kind = TensorProto.STRING if "classlabels_strings" in attrs else TensorProto.INT64
-    outputs = [("label", kind, ["N"]), ("scores", F, ["N", "K"])] if op == "LinearClassifier" else [("y", F, ["N", "K"])]
+    outputs = ([("label", kind, ["N"]), ("scores", F, ["N", "K"])] if op == "LinearClassifier"
+               else [("y", F, ["N", "K"])])
     with pytest.raises(InterpreterError, match=says):
         Interpreter(_ml_graph(op, ["N", 5], outputs, **attrs).SerializeToString())

@@ -103,9 +103,10 @@ def audio_1d():
 
 def video_3d():
     """3-D convolutions and pooling (NCDHW) of a video or volume classifier: strided, padded, grouped, with
-    BatchNorm3d, max and average pooling (ceil_mode) and a global average."""
+    BatchNorm3d, max pooling (ceil_mode, and dilated), average pooling and a global average."""
     return nn.Sequential(nn.Conv3d(3, 8, 3, stride=(1, 2, 2), padding=1), nn.BatchNorm3d(8), nn.ReLU(),
-                         nn.MaxPool3d((1, 2, 2), ceil_mode=True), nn.Conv3d(8, 8, 3, padding=(0, 1, 1), groups=4),
+                         nn.MaxPool3d((1, 2, 2), ceil_mode=True), nn.MaxPool3d((1, 2, 2), 1, dilation=(1, 2, 2)),
+                         nn.Conv3d(8, 8, 3, padding=(0, 1, 1), groups=4),
                          nn.ReLU(), nn.AvgPool3d(2, ceil_mode=True), nn.Conv3d(8, 16, 1), nn.AdaptiveAvgPool3d(1),
                          nn.Flatten(), nn.Linear(16, 5))
 

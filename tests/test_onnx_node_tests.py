@@ -49,11 +49,10 @@ def test_cases_the_interpreter_got_wrong_before_now_pass(outcomes):
                  "test_maxpool_3d_default", "test_averagepool_3d_default", "test_argmax_negative_axis_keepdims_example",
                  "test_argmin_no_keepdims_random_select_last_index", "test_ai_onnx_ml_array_feature_extractor",
                  "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside", "test_resize_downsample_sizes_cubic",
-                 "test_resize_upsample_scales_linear_half_pixel_symmetric", "test_resize_upsample_sizes_nearest_axes_3_2"):
+                 "test_resize_upsample_scales_linear_half_pixel_symmetric",
+                 "test_resize_upsample_sizes_nearest_axes_3_2", "test_maxpool_3d_dilations",
+                 "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True"):
         assert by_name[name].result == PASSED, (name, by_name[name].reason)
-    # a dilated 3-D pooling is refused when read, naming what is unsupported
-    assert by_name["test_maxpool_3d_dilations"].result == REFUSED
-    assert "MaxPool with dilations [2, 2, 2]" in by_name["test_maxpool_3d_dilations"].reason
     assert "optional output" in by_name["test_maxpool_with_argmax_2d_precomputed_pads"].reason
 
 

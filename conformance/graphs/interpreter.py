@@ -822,7 +822,8 @@ def _array_feature_extractor(node, args, attrs, ops, constant, interp):
     one row (as onnxruntime defines it; skl2onnx maps a classifier's class index to its label with it); exact."""
     x, indices = _array(args[0]), np.asarray(args[1]).reshape(-1)
     if indices.dtype.kind not in "iu":
-        raise InterpreterError(f"node {node.name!r}: ArrayFeatureExtractor indices of {indices.dtype}; integers expected")
+        raise InterpreterError(f"node {node.name!r}: ArrayFeatureExtractor indices of {indices.dtype}; integers "
+                               "expected")
     n = x.shape[-1] if x.ndim else 0
     if indices.size and (indices.min() < 0 or indices.max() >= n):
         raise ValuesError(f"node {node.name!r}: ArrayFeatureExtractor indices outside [0, {n})")
@@ -946,16 +947,16 @@ def _global_average_pool(node, args, attrs, ops, constant, interp):
 
 
 def _pool_geometry(node, attrs, x):
-    """(kernel, strides, begin pads, end pads) of a 1-D or 2-D pooling node, the end pads grown for ``ceil_mode``
-    (the extra positions beyond the stated pads, which no window average counts), and those extra positions."""
+    """(kernel, strides, dilations, begin pads, end pads, extra) of a 1-D, 2-D or 3-D pooling node: ``extra`` the
+    positions ``ceil_mode`` adds beyond the end pads (which no window average counts)."""
     kernel = [int(k) for k in attrs["kernel_shape"]]
     spatial = len(kernel)
     if spatial not in (1, 2, 3) or np.ndim(x) != spatial + 2:
         raise InterpreterError(f"node {node.name!r}: {node.op_type} of {spatial} spatial dimension(s) on a tensor of "
                                f"rank {np.ndim(x)}; 1-D, 2-D and 3-D pooling are supported")
     dilations = _ints(attrs, "dilations", spatial, 1)
-    if any(d != 1 for d in dilations):
-        raise InterpreterError(f"node {node.name!r}: {node.op_type} with dilations {dilations} is not supported")
+    if any(d < 1 for d in dilations) or any(k < 1 for k in kernel):
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} with kernel {kernel} and dilations {dilations}")
     if int(attrs.get("storage_order", 0)):
         raise InterpreterError(f"node {node.name!r}: MaxPool with storage_order=1 is not supported")
     strides = _ints(attrs, "strides", spatial, 1)
@@ -963,13 +964,14 @@ def _pool_geometry(node, attrs, x):
     begin, end = _pads(node, attrs, sizes, kernel, strides, dilations)
     extra = [0] * spatial
     if int(attrs.get("ceil_mode", 0)):
-        for i, (n, k, s) in enumerate(zip(sizes, kernel, strides)):
-            span = n + begin[i] + end[i] - k
+        for i, (n, k, s, d) in enumerate(zip(sizes, kernel, strides, dilations)):
+            reach = (k - 1) * d + 1  # the positions a window spans
+            span = n + begin[i] + end[i] - reach
             out = -(-span // s) + 1
             if (out - 1) * s >= n + begin[i]:  # a last window starting in the end padding is dropped
                 out -= 1
-            extra[i] = max((out - 1) * s + k - (n + begin[i] + end[i]), 0)
-    return kernel, strides, begin, end, extra
+            extra[i] = max((out - 1) * s + reach - (n + begin[i] + end[i]), 0)
+    return kernel, strides, dilations, begin, end, extra
 
 
 def _as_2d(x, spatial):
@@ -991,6 +993,29 @@ def _depth_planes(x, kernel, strides):
     return slabs, (kh, kw * kd), (sh, sw * kd)
 
 
+def _window_taps(node, x, kernel, strides, dilations):
+    """For dilated pooling: the elements of each window side by side, (N, C, P, Q * taps) with the output positions
+    (P, Q) (the leading output axes folded into P) and a window's taps along its row, and the 2-D kernel and stride
+    (1, taps) that cover one window: one 2-D pooling op sees exactly each dilated window's elements. Each tap is a
+    strided slice (exact)."""
+    sizes = [int(n) for n in np.shape(x)[2:]]
+    outs = [(n - (k - 1) * d - 1) // s + 1 for n, k, s, d in zip(sizes, kernel, strides, dilations)]
+    if min(outs) < 1:
+        raise ValuesError(f"node {node.name!r}: {node.op_type} windows of {kernel} dilated {dilations} do not fit "
+                          f"the (padded) input of {tuple(sizes)}")
+    taps = int(np.prod(kernel))
+    _budget(f"node {node.name!r} ({node.op_type}, the windows' elements)", [np.shape(x)[1], *outs, taps], F32)
+    columns = []
+    for offsets in np.ndindex(*kernel):
+        index = tuple(slice(o * d, o * d + (m - 1) * s + 1, s)
+                      for o, d, m, s in zip(offsets, dilations, outs, strides))
+        columns.append(x[(slice(None), slice(None), *index)][..., None])
+    stacked = columns[0] if taps == 1 else np.concatenate(columns, axis=-1)  # (N, C, *outs, taps)
+    rows = int(np.prod(outs[:-1], dtype=np.int64))
+    return (stacked.reshape((stacked.shape[0], stacked.shape[1], rows, outs[-1] * taps)), (1, taps), (1, taps),
+            outs)
+
+
 def _stack_planes(planes):
     out = [y[:, :, None] for y in planes]
     return out[0] if len(out) == 1 else np.concatenate(out, axis=2)
@@ -998,11 +1023,15 @@ def _stack_planes(planes):
 
 def _max_pool(node, args, attrs, ops, constant, interp):
     x = args[0]
-    kernel, strides, begin, end, extra = _pool_geometry(node, attrs, x)
+    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, attrs, x)
     end = [e + x_ for e, x_ in zip(end, extra)]
     if any(begin) or any(end):  # -inf added exactly: a window's maximum is that of its elements
         x = _pad_exact(x, begin, end, -np.inf)
     spatial = len(kernel)
+    if any(d != 1 for d in dilations):
+        flat, k2, s2, outs = _window_taps(node, x, kernel, strides, dilations)
+        y = ops.max_pool2d(flat, kernel=k2, stride=s2, padding=0, name=_layer(node.name))
+        return [y.reshape((y.shape[0], y.shape[1], *outs))]
     if spatial == 3:
         slabs, k2, s2 = _depth_planes(x, kernel, strides)
         return [_stack_planes([ops.max_pool2d(slab, kernel=k2, stride=s2, padding=0, name=_layer(node.name))
@@ -1014,7 +1043,7 @@ def _max_pool(node, args, attrs, ops, constant, interp):
 
 def _average_pool(node, args, attrs, ops, constant, interp):
     x = args[0]
-    kernel, strides, begin, end, extra = _pool_geometry(node, attrs, x)
+    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, attrs, x)
     spatial = len(kernel)
     # the count of each window: its input elements, with the stated pads when count_include_pad (never the extra)
     counted = np.ones((1, 1, *np.shape(x)[2:]), F32)
@@ -1026,6 +1055,11 @@ def _average_pool(node, args, attrs, ops, constant, interp):
     end = [e + x_ for e, x_ in zip(end, extra)]
     if any(begin) or any(end):
         x = _pad_exact(x, begin, end, 0.0)
+    if any(d != 1 for d in dilations):
+        flat, k2, s2, outs = _window_taps(node, x, kernel, strides, dilations)
+        counts, _, _, _ = _window_taps(node, counted, kernel, strides, dilations)
+        y = ops.avg_pool2d(flat, window_sums(counts, k2, s2)[0, 0], kernel=k2, stride=s2, name=_layer(node.name))
+        return [y.reshape((y.shape[0], y.shape[1], *outs))]
     if spatial == 3:
         slabs, k2, s2 = _depth_planes(x, kernel, strides)
         counts, _, _ = _depth_planes(counted, kernel, strides)
