@@ -121,6 +121,21 @@ def test_reduce_sum_and_instance_norm_against_onnxruntime():
     ("Conv", {"auto_pad": "SAME_UPPER", "strides": [2], "group": 3}, [2, 3, 11]),
     ("Conv", {"pads": [2, 0], "dilations": [2]}, [2, 3, 11]),
     ("Conv", {"pads": [1, 0, 0, 2], "strides": [1, 2]}, [2, 3, 7, 6]),
+    # 3-D (NCDHW): one 2-D op per output depth plane
+    ("MaxPool", {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2], "pads": [0, 1, 0, 1, 1, 1], "ceil_mode": 1},
+     [2, 3, 5, 7, 6]),
+    ("AveragePool", {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1], "ceil_mode": 1},
+     [2, 3, 6, 7, 5]),
+    ("AveragePool", {"kernel_shape": [3, 2, 2], "auto_pad": "SAME_UPPER", "count_include_pad": 1}, [2, 3, 4, 5, 5]),
+    ("Conv", {"pads": [1, 1, 0, 1, 1, 2], "strides": [2, 1, 2], "dilations": [2, 1, 1]}, [2, 3, 7, 6, 8]),
+    ("Conv", {"auto_pad": "SAME_LOWER", "group": 3, "strides": [1, 2, 1]}, [2, 3, 4, 6, 5]),
+    # dilated pooling: each window's taps side by side, one 2-D op
+    ("MaxPool", {"kernel_shape": [3, 2], "strides": [2, 1], "dilations": [2, 3], "ceil_mode": 1, "pads": [1, 0, 1, 1]},
+     [2, 3, 9, 8]),
+    ("AveragePool", {"kernel_shape": [3], "strides": [2], "dilations": [2], "pads": [2, 1], "count_include_pad": 1},
+     [2, 3, 11]),
+    ("AveragePool", {"kernel_shape": [2, 2, 2], "dilations": [2, 1, 2], "ceil_mode": 1, "strides": [2, 2, 2]},
+     [2, 3, 6, 5, 7]),
 ])
 def test_convolution_and_pooling_geometry_against_onnxruntime(op, attrs, shape):
     rng = np.random.default_rng(2)
@@ -194,13 +209,23 @@ def test_einsum_as_a_matrix_product(equation, b_shape, constant):
     assert calls[-1] == ("linear" if constant else "matmul")
 
 
-@pytest.mark.parametrize("mode, transform", [("linear", "half_pixel"), ("linear", "align_corners"),
-                                             ("linear", "pytorch_half_pixel"), ("nearest", "asymmetric")])
-def test_resize_against_onnxruntime_and_one_fp16_rounding(mode, transform):
+CUBIC_A = {"cubic_coeff_a": -0.5}
+EXCLUDE = {"cubic_coeff_a": -0.5, "exclude_outside": 1}
+
+
+@pytest.mark.parametrize("mode, transform, extra, out", [
+    ("linear", "half_pixel", {}, (9, 7)), ("linear", "align_corners", {}, (9, 7)),
+    ("linear", "pytorch_half_pixel", {}, (9, 7)), ("nearest", "asymmetric", {}, (9, 7)),
+    # cubic: Keys' kernel over four neighbours per axis, up and down, its coefficient and exclude_outside
+    ("cubic", "half_pixel", {}, (9, 7)), ("cubic", "half_pixel", {}, (3, 2)), ("cubic", "align_corners", {}, (9, 3)),
+    ("cubic", "asymmetric", CUBIC_A, (11, 8)), ("cubic", "pytorch_half_pixel", {}, (9, 1)),
+    ("cubic", "half_pixel", EXCLUDE, (9, 7)), ("cubic", "half_pixel", EXCLUDE, (3, 3)),
+])
+def test_resize_against_onnxruntime_and_one_fp16_rounding(mode, transform, extra, out):
     x = np.random.default_rng(5).standard_normal((2, 3, 5, 4)).astype(np.float32)
-    sizes = np.int64([2, 3, 9, 7])
-    model = graph("Resize", [2, 3, 5, 4], [2, 3, 9, 7], (("sizes", sizes),), ["", "", "sizes"], mode=mode,
-                  coordinate_transformation_mode=transform, nearest_mode="floor")
+    sizes = np.int64([2, 3, *out])
+    model = graph("Resize", [2, 3, 5, 4], [2, 3, *out], (("sizes", sizes),), ["", "", "sizes"], mode=mode,
+                  coordinate_transformation_mode=transform, nearest_mode="floor", **extra)
     expected = session(model).run(None, {"x": x})[0]
     interpreter = Interpreter(model.SerializeToString())
     got = interpreter.run({"x": x}, Ops())["y"]
@@ -210,3 +235,69 @@ def test_resize_against_onnxruntime_and_one_fp16_rounding(mode, transform):
         np.testing.assert_array_equal(half, got)
     else:
         np.testing.assert_array_equal(half, h(interpreter.run({"x": h(x)}, Ops())["y"]))
+
+
+def _ml_graph(op, x_shape, outputs, **attrs):
+    node = helper.make_node(op, ["x"], [name for name, _, _ in outputs], name="op", domain="ai.onnx.ml", **attrs)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, x_shape)],
+                          [helper.make_tensor_value_info(name, kind, shape) for name, kind, shape in outputs])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("ai.onnx.ml", 3)],
+                             ir_version=9)
+
+
+RNG = np.random.default_rng(7)
+COEF3, COEF1 = RNG.standard_normal(15).round(2).tolist(), RNG.standard_normal(5).round(2).tolist()
+LABEL_OUTPUTS = [("label", TensorProto.INT64, ["N"]), ("scores", F, ["N", "K"])]
+
+
+@pytest.mark.parametrize("op, attrs, outputs", [
+    ("LinearClassifier", {"coefficients": COEF3, "intercepts": [0.1, -0.2, 0.3], "classlabels_ints": [4, 7, 9],
+                          "post_transform": "SOFTMAX", "multi_class": 1}, LABEL_OUTPUTS),
+    ("LinearClassifier", {"coefficients": COEF1, "intercepts": [0.2], "classlabels_ints": [0, 1],
+                          "post_transform": "LOGISTIC"}, LABEL_OUTPUTS),
+    ("LinearClassifier", {"coefficients": COEF3, "intercepts": [0.0, 0.0, 0.0], "classlabels_ints": [0, 1, 2]},
+     LABEL_OUTPUTS),
+    ("LinearClassifier", {"coefficients": COEF1, "intercepts": [-0.3], "classlabels_ints": [3, 5]}, LABEL_OUTPUTS),
+    ("LinearRegressor", {"coefficients": COEF3[:10], "intercepts": [1.0, -1.0], "targets": 2}, [("y", F, ["N", 2])]),
+    ("Normalizer", {"norm": "L1"}, [("y", F, ["N", 5])]),
+    ("Normalizer", {"norm": "L2"}, [("y", F, ["N", 5])]),
+    ("Normalizer", {"norm": "MAX"}, [("y", F, ["N", 5])]),  # the largest value, not magnitude
+    ("Scaler", {"offset": [0.5, -1, 0, 2, 1], "scale": [2, 0.5, 1, 3, 0.25]}, [("y", F, ["N", 5])]),
+])
+def test_onnx_ml_operators_against_onnxruntime(op, attrs, outputs):
+    """The ONNX-ML operators skl2onnx writes for scikit-learn's scalers and linear models, as onnxruntime computes
+    them (a binary classifier's one score as the pair (-score, score), its label from the larger), and through the
+    ipu's ops at fp16 (labels the FP32 ones here: no score lies near a tie)."""
+    x = np.random.default_rng(3).standard_normal((6, 5)).astype(np.float32) * 2
+    x[1] = 0.0  # a row of norm 0, left as it is; a score of 0 (the first class)
+    x[2, :] = -np.abs(x[2])  # a row of negative values (a negative MAX)
+    model = _ml_graph(op, ["N", 5], outputs, **attrs)
+    expected = dict(zip([name for name, _, _ in outputs], session(model).run(None, {"x": x})))
+    interpreter = Interpreter(model.SerializeToString())
+    got = interpreter.run({"x": x}, Ops())
+    half = interpreter.run({"x": x}, IPU.prepare(None, "fp16").ops())
+    for name, value in expected.items():
+        assert got[name].shape == value.shape and got[name].dtype == value.dtype, name
+        if value.dtype.kind == "f":
+            assert relative_error(got[name], value) <= 1e-6, name
+            assert np.array_equal(half[name], h(half[name])) and relative_error(half[name], value) <= 2e-3, name
+        else:
+            assert np.array_equal(got[name], value) and np.array_equal(half[name], value), name
+
+
+@pytest.mark.parametrize("op, attrs, says", [
+    ("LinearClassifier", {"coefficients": COEF3, "intercepts": [0.0, 0.0, 0.0], "classlabels_ints": [0, 1, 2],
+                          "post_transform": "PROBIT"},
+     "post_transform 'PROBIT' is not supported"),
+    ("LinearClassifier", {"coefficients": COEF3, "intercepts": [0.0, 0.0, 0.0], "classlabels_strings": ["a", "b", "c"]},
+     "graph input/output 'label' is STRING"),
+    ("LinearRegressor", {"coefficients": COEF1, "post_transform": "SOFTMAX"}, "post_transform NONE is supported"),
+    ("Normalizer", {"norm": "L3"}, "norm 'L3' is not one of MAX, L1, L2"),
+])
+def test_onnx_ml_forms_not_run_are_refused_when_read(op, attrs, says):
+    from conformance.graphs.interpreter import InterpreterError
+    kind = TensorProto.STRING if "classlabels_strings" in attrs else TensorProto.INT64
+    outputs = ([("label", kind, ["N"]), ("scores", F, ["N", "K"])] if op == "LinearClassifier"
+               else [("y", F, ["N", "K"])])
+    with pytest.raises(InterpreterError, match=says):
+        Interpreter(_ml_graph(op, ["N", 5], outputs, **attrs).SerializeToString())

@@ -4,7 +4,7 @@ fp16 and fp8 and as its fp16 and fp8 graphs on onnxruntime, or refused when read
 unsupported named. transformers gives BERT, GPT-2, Whisper's and T5's encoders, DeBERTa-v2, RoBERTa, Wav2Vec2, Swin,
 ConvNeXt, ResNet, EfficientNet and MobileViT (whose random initialisation outputs zero: no verdict);
 torchvision's wheel does not load with this torch, so SqueezeNet's and
-MobileNetV3's layers are written here as small torch modules."""
+MobileNetV3's layers are written here as small torch modules, as is a 3-D (video) CNN."""
 
 from __future__ import annotations
 
@@ -101,6 +101,16 @@ def audio_1d():
                          nn.Conv1d(8, 4, 3))
 
 
+def video_3d():
+    """3-D convolutions and pooling (NCDHW) of a video or volume classifier: strided, padded, grouped, with
+    BatchNorm3d, max pooling (ceil_mode, and dilated), average pooling and a global average."""
+    return nn.Sequential(nn.Conv3d(3, 8, 3, stride=(1, 2, 2), padding=1), nn.BatchNorm3d(8), nn.ReLU(),
+                         nn.MaxPool3d((1, 2, 2), ceil_mode=True), nn.MaxPool3d((1, 2, 2), 1, dilation=(1, 2, 2)),
+                         nn.Conv3d(8, 8, 3, padding=(0, 1, 1), groups=4),
+                         nn.ReLU(), nn.AvgPool3d(2, ceil_mode=True), nn.Conv3d(8, 16, 1), nn.AdaptiveAvgPool3d(1),
+                         nn.Flatten(), nn.Linear(16, 5))
+
+
 def _transformers_models():
     t = transformers
     return {
@@ -145,6 +155,7 @@ def _transformers_models():
         "mobilenet-v3": (mobilenet_v3, torch.randn(1, 3, 32, 32), "pixel_values"),
         "elementwise": (Elementwise, torch.randn(1, 8), "x"),
         "audio-1d": (audio_1d, torch.randn(1, 4, 37), "x"),
+        "video-3d": (video_3d, torch.randn(1, 3, 6, 16, 16), "pixel_values"),
     }
 
 

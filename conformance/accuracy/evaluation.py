@@ -109,11 +109,20 @@ def compute_metrics(model_name: str, reference: dict, hardware: dict, inputs: di
     nonfinite = {name: n for name in reference if (n := metrics.nonfinite_count(hardware[name]))}
     if nonfinite:
         return MetricSet({}, {}, nonfinite)
-    tensor = {name: metrics.tensor_metrics(reference[name], hardware[name], f"{model_name} {name}") for name in reference}
+    tensor = {name: metrics.tensor_metrics(reference[name], hardware[name], f"{model_name} {name}")
+              for name in _tensor_outputs(reference)}
     units = metrics.task_unit_metrics(model_name, reference, hardware, inputs)
     if labels is not None:
         units.update(labels.label_metrics(hardware))
     return MetricSet({name: m.value for name, m in units.items()}, tensor, {}, units)
+
+
+def _tensor_outputs(reference: dict) -> list[str]:
+    """The outputs judged by the tensor metrics: the float ones. An integer output beside them (an imported
+    classifier's class label, the ArgMax of its scores) is a decision, which agreement judges: an SNR of class ids
+    measures nothing (one flipped label of eight costs 8 dB); integer outputs alone are all judged."""
+    floats = [name for name in reference if np.asarray(reference[name]).dtype.kind == "f"]
+    return floats or list(reference)
 
 
 def probe_samples(inputs: Inputs, batch_size: int) -> list[int]:
@@ -373,7 +382,7 @@ def evaluate(gates, current: MetricSet, reference_sets: dict[str, MetricSet],
 
 def worst_samples(model_name: str, reference: dict, hardware: dict, count: int) -> list[int]:
     """Indices of the ``count`` samples whose primary output has the lowest SNR (non-finite outputs first)."""
-    name = metrics.PRIMARY_OUTPUT.get(model_name) or next(iter(reference))
+    name = metrics.PRIMARY_OUTPUT.get(model_name) or _tensor_outputs(reference)[0]
     ref, hw = reference[name], hardware[name]
     bad = ~np.isfinite(hw.reshape(len(hw), -1)).all(axis=1)
     snr = metrics.per_sample_snr_db(ref, np.where(np.isfinite(hw), hw, 0.0))

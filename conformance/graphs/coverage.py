@@ -4,8 +4,8 @@ and that op's numerics on the ``ipu``, and the pass rate of the ONNX backend nod
 The node tests are the cases the ``onnx`` wheel generates (``onnx.backend.test.case.node.collect_testcases``): each a
 small model with its inputs and expected outputs. Each is read by the interpreter as an ``--onnx`` graph is (a refusal
 is the usage-error path) and run through the FP32 reference ops; its outputs must be the expected ones within the
-case's tolerances. A case written at an opset below :data:`~conformance.graphs.interpreter.MIN_OPSET` whose operators
-are defined the same at that opset is read at it (their definition is the one the interpreter implements).
+case's tolerances (a case written at an opset below :data:`~conformance.graphs.interpreter.MIN_OPSET` is read as
+any graph is: accepted when its operators are defined there as at MIN_OPSET).
 
 ``python -m conformance.graphs.coverage [--check]`` writes both tables into docs/graphs.md (``--check``: exits 1 when
 the file's tables differ from the code's, without writing).
@@ -39,13 +39,14 @@ PASSED, FAILED, REFUSED = "passed", "failed", "refused"
 _CALLS = {
     "MatMul": ("linear (a constant 2-D operand) / matmul", ("linear", "matmul")),
     "Gemm": ("linear / matmul, then add (bias)", ("linear", "matmul", "add")),
-    "Conv": ("conv2d", ("conv2d",)),
+    "Conv": ("conv2d (3-D: one per output depth plane)", ("conv2d",)),
     "Div": ("div (mul by a constant whose reciprocal is exact)", ("div", "mul")),
     "Pow": ("pow (a constant scalar exponent)", ("pow",)), "Gelu": ("gelu", ("gelu",)),
     "Softmax": ("softmax", ("softmax",)), "LayerNormalization": ("layer_norm", ("layer_norm",)),
     "BatchNormalization": ("batch_norm", ("batch_norm",)), "ReduceMean": ("mean", ("mean",)),
-    "GlobalAveragePool": ("mean", ("mean",)), "MaxPool": ("max_pool2d", ("max_pool2d",)),
-    "AveragePool": ("avg_pool2d", ("avg_pool2d",)),
+    "GlobalAveragePool": ("mean", ("mean",)),
+    "MaxPool": ("max_pool2d (3-D: one per output depth plane)", ("max_pool2d",)),
+    "AveragePool": ("avg_pool2d (3-D: one per output depth plane)", ("avg_pool2d",)),
     "Gather": ("embedding (rows of a constant float table), else exact", ("embedding",)),
     "Identity": ("input (of a graph input), else exact", ("input",)),
     "Cast": ("input (of a graph input), else exact", ("input",)), "Clip": ("clip", ("clip",)),
@@ -55,7 +56,13 @@ _CALLS = {
     "Erf": ("gelu, only inside the exact GELU sub-graph", ("gelu",)),
     "Sigmoid": ("sigmoid (silu, glu in their sub-graphs)", ("sigmoid", "silu", "glu")),
     "ReduceSum": ("sum (integers exact)", ("sum",)),
-    "Resize": ("interpolate (linear; nearest: exact)", ("interpolate",)),
+    "Resize": ("interpolate (linear, cubic; nearest: exact)", ("interpolate",)),
+    "Scaler": ("sub (offset), then mul (scale)", ("sub", "mul")),
+    "LinearClassifier": ("linear, add (intercepts), sigmoid or softmax (post_transform), sub (a binary model's "
+                         "1 - p); the label exact", ("linear", "add", "sigmoid", "softmax", "sub")),
+    "LinearRegressor": ("linear, then add (intercepts)", ("linear", "add")),
+    "Normalizer": ("abs or mul, sum, sqrt (L2), div (MAX: the largest value exact; a norm of 0 divides by 1)",
+                   ("abs", "mul", "sum", "sqrt", "div")),
 }
 
 
@@ -77,6 +84,7 @@ def op_table() -> str:
     rows = ["| ONNX operator | op of the contract | on the `ipu` (FP16 precisions) | FP8 operands |",
             "|---|---|---|---|"]
     for op, (calls, methods) in sorted(op_methods().items()):
+        calls = f"{calls} (an ONNX-ML operator, `{interp.ML_DOMAIN}`)" if op in interp.ML_OPERATORS else calls
         if not methods:
             rows.append(f"| {op} | {calls} | values moved, selected or compared: no rounding | no |")
             continue
@@ -105,31 +113,13 @@ def node_cases(pattern: str | None = None) -> list:
     return [c for c in cases if pattern is None or re.search(pattern, c.name)]
 
 
-def _at_min_opset(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` read at MIN_OPSET when written below it and every operator it uses is defined the same there."""
-    default = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
-    if not default or default[0].version >= MIN_OPSET:
-        return model
-    version = default[0].version
-    for node in model.graph.node:
-        try:
-            if onnx.defs.get_schema(node.op_type, MIN_OPSET, node.domain).since_version > version:
-                return model  # redefined since: the case tests an older definition
-        except onnx.defs.SchemaError:
-            return model
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    next(o for o in copy.opset_import if o.domain in ("", "ai.onnx")).version = MIN_OPSET
-    return copy
-
-
 def run_case(case) -> Outcome:
     """One node test: refused when the interpreter reads it, or run at FP32 and compared with its expected outputs."""
     ops = tuple(sorted({n.op_type for n in case.model.graph.node}))
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            graph = Interpreter(_at_min_opset(case.model))
+            graph = Interpreter(case.model)
     except InterpreterError as exc:
         return Outcome(case.name, ops, REFUSED, str(exc).splitlines()[0])
     reasons = []

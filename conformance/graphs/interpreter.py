@@ -11,9 +11,10 @@ suite's export writes them, Split/Sigmoid/Mul; the exact GELU as torch writes it
 interpreter calls the op itself, so that the rounding is the op's; Erf alone has no op and is refused.
 
 A graph is checked before it runs, each refusal an :class:`InterpreterError` naming what is wrong: not ONNX, failing
-``onnx.checker`` (its shape inference included), an opset below :data:`MIN_OPSET`, an operator outside
-:data:`SUPPORTED` (naming the node and the supported operators), a node of a custom domain (a domain imported and
-unused is ignored) or a model-local function, an optional output it does not compute, tensors other than
+``onnx.checker`` (its shape inference included), an opset below :data:`MIN_OPSET` where one of its operators is
+defined otherwise, an operator outside :data:`SUPPORTED` (naming the node and the supported operators), a node of a
+custom domain or of ONNX-ML other than :data:`ML_OPERATORS` (a domain imported and unused is ignored) or a
+model-local function, an optional output it does not compute, tensors other than
 float32/int/bool, external data that is missing, outside the graph's folder or of another size than its file and
 tensor state, a declared input beyond :data:`MAX_VALUE_BYTES` for one sample. Then the graph runs once on one sample
 through the FP32 reference ops (:meth:`Interpreter._dry_run`), so that an attribute value, a rank or a shape it
@@ -41,6 +42,7 @@ MIN_OPSET = 17  # LayerNormalization is a single ONNX op from opset 17 on
 MAX_GRAPH_BYTES = 2 ** 31 - 1  # a protobuf message holds at most 2 GiB: larger weights are external data
 MAX_VALUE_BYTES = 1 << 32  # the most one value of one sample may take (a declared input, an Expand, a Tile, a Pad)
 DOMAINS = ("", "ai.onnx")
+ML_DOMAIN = "ai.onnx.ml"  # ONNX-ML: of its operators, those in ML_OPERATORS are run
 F32 = np.float32
 # Element types a graph may hold: float32 (its arithmetic is the backend's), integers and booleans (indices, masks).
 TENSOR_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL}
@@ -99,7 +101,8 @@ def _without_large_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     shape inference read no weight's values; shapes and small constants are kept), so that checking does not copy
     the weights (the checker serialises the model and parses it again, twice with its shape inference); the weights'
     sizes are checked when they are read (:func:`numpy_helper.to_array`)."""
-    large = [t for t in model.graph.initializer if len(t.raw_data) > LARGE_WEIGHT]
+    large = [t for t in model.graph.initializer
+             if external_data_helper.uses_external_data(t) or len(t.raw_data) > LARGE_WEIGHT]
     if not large:
         return model
     light = onnx.ModelProto()
@@ -116,6 +119,33 @@ def _without_large_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     declared = {v.name for v in model.graph.input}
     graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large
                        if t.name not in declared)
+    return light
+
+
+def _without_data(model: onnx.ModelProto, names: set[str]) -> onnx.ModelProto:
+    """A copy of ``model`` whose initializers ``names`` keep their name, type and dims but no data: the parsed
+    message holds its weights (protobuf may keep the whole serialised file for them), so that once they are read
+    into arrays, the graph is held without them."""
+    def copy(source, target, skip: str) -> None:
+        for field, value in source.ListFields():
+            if field.name == skip:
+                continue
+            if hasattr(value, "extend"):  # a repeated field
+                getattr(target, field.name).extend(value)
+            elif field.message_type is not None:
+                getattr(target, field.name).CopyFrom(value)
+            else:
+                setattr(target, field.name, value)
+
+    light = onnx.ModelProto()
+    copy(model, light, "graph")
+    copy(model.graph, light.graph, "initializer")
+    for tensor in model.graph.initializer:
+        if tensor.name in names:
+            light.graph.initializer.add(name=tensor.name, dims=tensor.dims, data_type=tensor.data_type,
+                                        doc_string=tensor.doc_string)
+        else:
+            light.graph.initializer.append(tensor)
     return light
 
 
@@ -146,7 +176,12 @@ class Interpreter:
 
     def __init__(self, graph, *, base_dir: str | os.PathLike | None = None, check_run: bool = True):
         """``graph``: a path, serialised bytes or a ModelProto; ``base_dir``: where its external data lives (the
-        file's folder for a path); ``check_run``: run it once on one sample (:meth:`_dry_run`)."""
+        file's folder for a path); ``check_run``: run it once on one sample (:meth:`_dry_run`).
+
+        The graph's weights are held once, as the arrays of :attr:`constants`: external data is read straight into
+        them, and a graph parsed here (from a path or bytes) has its large initializers' data released from
+        :attr:`model` once read (:meth:`serialized` writes the graph whole again); a ModelProto given is the
+        caller's and is left as it is."""
         if isinstance(graph, (str, os.PathLike)):
             path = Path(graph)
             base_dir = path.parent if base_dir is None else base_dir
@@ -162,7 +197,8 @@ class Interpreter:
             self.source = str(path)
         else:
             self.source = "the graph"
-        if isinstance(graph, (bytes, bytearray)):
+        owned = isinstance(graph, (bytes, bytearray))  # parsed here: its weights' data may be released
+        if owned:
             try:
                 graph = onnx.load_from_string(bytes(graph))
             except (DecodeError, ValueError, RuntimeError) as exc:
@@ -171,7 +207,7 @@ class Interpreter:
             raise InterpreterError(f"{self.source} is not an ONNX model (no graph nodes)")
         self.model = graph
         self._check_structure()
-        self._load_external_data(Path(base_dir) if base_dir is not None else None)
+        self._base_dir = self._check_external_data(Path(base_dir) if base_dir is not None else None)
         try:
             onnx.checker.check_model(_without_large_weights(self.model), full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError) as exc:
@@ -182,12 +218,21 @@ class Interpreter:
         self.inputs = [v.name for v in g.input if v.name not in {t.name for t in g.initializer}]
         self.outputs = [v.name for v in g.output]
         self.constants = {}
+        self._released: set[str] = set()  # initializers whose data lives only in self.constants
         for t in g.initializer:
-            try:
-                self.constants[t.name] = numpy_helper.to_array(t)
-            except (ValueError, TypeError) as exc:
+            external = external_data_helper.uses_external_data(t)
+            try:  # external data read from its file (the bytes once, viewed by the array), never into the graph
+                self.constants[t.name] = numpy_helper.to_array(t, base_dir=self._base_dir or "")
+            except (ValueError, TypeError, OSError) as exc:
                 raise InterpreterError(f"initializer {t.name!r} cannot be read ({exc})") from None
+            if external or (owned and self.constants[t.name].nbytes > LARGE_WEIGHT):
+                self._released.add(t.name)
+        if owned and self._released:
+            self.model = graph = _without_data(self.model, self._released)
+            g = graph.graph
+        self._lay_out_weights()
         self._weights: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._built: dict[str, np.ndarray] = {}  # arrays made from nodes' attributes (an ONNX-ML node's weights)
         for tensor in g.initializer:
             if tensor.data_type not in TENSOR_TYPES:
                 raise InterpreterError(f"initializer {tensor.name!r} is {onnx.TensorProto.DataType.Name(tensor.data_type)}; "
@@ -254,16 +299,17 @@ class Interpreter:
         if m.functions:
             raise InterpreterError(f"{self.source} defines model-local functions ({', '.join(f.name for f in m.functions)}); "
                                    "only the standard ONNX operators are run")
-        for opset in m.opset_import:  # a domain imported but used by no node (skl2onnx's ai.onnx.ml) is ignored
-            if opset.domain in DOMAINS and opset.version < MIN_OPSET:
-                raise InterpreterError(f"{self.source} has opset {opset.version}; opset {MIN_OPSET} or later is "
-                                       "supported (convert it with onnx.version_converter)")
         for node in m.graph.node:
             where = f"node {node.name or '(unnamed)'!r} ({node.op_type})"
-            if node.domain not in DOMAINS:
+            if node.domain == ML_DOMAIN and node.op_type not in ML_OPERATORS:
+                hint = (" (skl2onnx writes ZipMap unless the classifier is converted with "
+                        "options={id(model): {'zipmap': False}})" if node.op_type == "ZipMap" else "")
+                raise InterpreterError(f"{where}: the ONNX-ML operator {node.op_type} (domain {ML_DOMAIN!r}) is not "
+                                       f"supported{hint}; of that domain only {', '.join(sorted(ML_OPERATORS))} run")
+            if node.domain not in (*DOMAINS, ML_DOMAIN):
                 raise InterpreterError(f"{where} is in the custom domain {node.domain!r}; only the standard ONNX "
-                                       "domain is run")
-            if node.op_type not in SUPPORTED:
+                                       f"domain is run (and {', '.join(sorted(ML_OPERATORS))} of {ML_DOMAIN!r})")
+            if node.op_type not in SUPPORTED or (node.domain == ML_DOMAIN) != (node.op_type in ML_OPERATORS):
                 raise InterpreterError(f"{where}: operator {node.op_type} is not supported; supported operators: "
                                        f"{', '.join(sorted(SUPPORTED))}")
             for attribute in node.attribute:
@@ -274,6 +320,41 @@ class Interpreter:
             if computed is not None and extra:
                 raise InterpreterError(f"{where}: its optional output(s) {extra} are not computed; only its first "
                                        f"{computed} output(s)")
+        for opset in m.opset_import:  # a domain imported but used by no node (skl2onnx's ai.onnx.ml) is ignored
+            if opset.domain in DOMAINS and opset.version < MIN_OPSET:
+                self._check_old_opset(opset.version)
+
+    def _lay_out_weights(self) -> None:
+        """The constant (in, out) weights of MatMul and Gemm held as views of their (out, in) C-ordered transposes,
+        the layout the ops' ``linear`` takes (:meth:`weight`): each weight is held once, not also as a transposed
+        copy. A weight a Gemm also reads with transB=1 keeps its own layout."""
+        wanted, kept = set(), set()
+        for node in self.model.graph.node:
+            if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1 and node.input[1] in self.constants:
+                transposed = node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
+                (kept if transposed else wanted).add(node.input[1])
+        for name in wanted - kept:
+            w = self.constants[name]
+            if w.ndim == 2 and w.dtype == F32 and w.flags.c_contiguous:
+                self.constants[name] = np.ascontiguousarray(w.T).T
+
+    def _check_old_opset(self, version: int) -> None:
+        """A graph of an opset below :data:`MIN_OPSET` is read as written only when each of its standard operators is
+        defined there as at MIN_OPSET (exporters such as skl2onnx write the lowest opset their operators need): the
+        interpreter implements MIN_OPSET's definitions and later ones."""
+        for node in self.model.graph.node:
+            if node.domain not in DOMAINS:
+                continue
+            try:
+                since = onnx.defs.get_schema(node.op_type, MIN_OPSET, "").since_version
+            except onnx.defs.SchemaError:
+                continue  # not an operator of opset MIN_OPSET: every node was checked against SUPPORTED above
+            if since > version:
+                raise InterpreterError(
+                    f"{self.source} has opset {version}, where node {node.name or '(unnamed)'!r} ({node.op_type}) is "
+                    f"defined otherwise than at opset {MIN_OPSET} ({node.op_type}-{since}); opset {MIN_OPSET} or "
+                    "later is supported, or an older one whose operators are all defined as at "
+                    f"{MIN_OPSET} (convert it with onnx.version_converter)")
 
     def _check_forms(self) -> None:
         """Operators run only inside a sub-graph form (Erf inside GELU) are refused before the graph runs."""
@@ -295,10 +376,12 @@ class Interpreter:
                                            "sub-graph x * 0.5 * (1 + Erf(x / sqrt(2))); the ops contract has no erf")
         self._known = values  # values known before the graph runs: what a sub-graph form's constants are matched on
 
-    def _load_external_data(self, base_dir: Path | None) -> None:
+    def _check_external_data(self, base_dir: Path | None) -> str | None:
+        """The resolved folder of the graph's external data (None when it has none), each tensor's file checked:
+        inside that folder, present, and of the tensor's size at its offset."""
         external = [t for t in self.model.graph.initializer if external_data_helper.uses_external_data(t)]
         if not external:
-            return
+            return None
         if base_dir is None:
             raise InterpreterError(f"{self.source} keeps tensors in external data ({external[0].name!r}); give the "
                                    "graph as a file, with its data beside it")
@@ -320,10 +403,21 @@ class Interpreter:
                     f"tensor {tensor.name!r}: external data {location!r} does not match: offset {offset} and length "
                     f"{length} in a file of {size} bytes, for a tensor of "
                     f"{'unknown size' if expected is None else f'{expected} bytes'}")
-        try:
-            external_data_helper.load_external_data_for_model(self.model, str(root))
-        except (OSError, ValueError) as exc:
-            raise InterpreterError(f"{self.source}: its external data cannot be read ({exc})") from None
+            if expected is None:
+                raise InterpreterError(f"tensor {tensor.name!r}: external data of a type of no fixed size")
+        return str(root)
+
+    def serialized(self) -> bytes:
+        """The graph as one serialised ModelProto, its weights inline (from :attr:`constants`, where reading the
+        graph released them from :attr:`model`)."""
+        if not self._released:
+            return self.model.SerializeToString()
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        for tensor in model.graph.initializer:
+            if tensor.name in self._released:
+                tensor.CopyFrom(numpy_helper.from_array(np.asarray(self.constants[tensor.name]), tensor.name))
+        return model.SerializeToString()
 
     # -- running ----------------------------------------------------------------------------------------------------
     def run(self, inputs: dict[str, np.ndarray], ops: Ops) -> dict[str, np.ndarray]:
@@ -401,12 +495,22 @@ class Interpreter:
     def is_input(self, value_name: str) -> bool:
         return value_name in self.inputs
 
+    def attribute_array(self, node: onnx.NodeProto, key: str, build) -> np.ndarray:
+        """The array ``build()`` makes of ``node``'s attribute ``key``, made once: the same object on every run, as
+        backends cache a weight's device form by the array."""
+        name = f"{node.name}/{key}"
+        if name not in self._built:
+            self._built[name] = build()
+        return self._built[name]
+
     def weight(self, value_name: str, matrix: np.ndarray) -> np.ndarray:
         """The (out, in) weight of a MatMul's constant (in, out) operand, laid out once (as a checkpoint holds it:
         backends cache a weight's device form by the array)."""
         cached = self._weights.get(value_name)
         if cached is None or cached[0] is not matrix:
-            cached = self._weights[value_name] = (matrix, np.ascontiguousarray(np.asarray(matrix).T))
+            weight = np.asarray(matrix).T
+            cached = self._weights[value_name] = (matrix, weight if weight.flags.c_contiguous
+                                                  else np.ascontiguousarray(weight))
         return cached[1]
 
 
@@ -461,19 +565,52 @@ def _gemm(node, args, attrs, ops, constant, interp):
 def _conv(node, args, attrs, ops, constant, interp):
     x, w, b = (args + [None])[:3]
     spatial = np.ndim(w) - 2
-    if spatial not in (1, 2):
-        raise InterpreterError(f"node {node.name!r}: Conv of {spatial} spatial dimension(s); 1-D and 2-D Conv are "
-                               "supported")
+    if spatial not in (1, 2, 3) or np.ndim(x) != np.ndim(w):
+        raise InterpreterError(f"node {node.name!r}: Conv of {spatial} spatial dimension(s) on a tensor of rank "
+                               f"{np.ndim(x)}; 1-D, 2-D and 3-D Conv are supported")
     strides, dilations = _ints(attrs, "strides", spatial, 1), _ints(attrs, "dilations", spatial, 1)
     begin, end = _pads(node, attrs, np.shape(x)[2:], np.shape(w)[2:], strides, dilations)
     if begin != end:  # uneven padding: zeros added exactly, then a convolution without padding
         x, begin = _pad_exact(x, begin, end, 0.0), [0] * spatial
+    if spatial == 3:
+        return [_conv3d(node, x, w, b, strides, dilations, begin, int(attrs.get("group", 1)), ops)]
     if spatial == 1:  # a 1-D convolution is a 2-D one of height 1
         x, w = x[:, :, None, :], w[:, :, None, :]
         strides, dilations, begin = (1, *strides), (1, *dilations), [0, *begin]
     y = ops.conv2d(x, w, b, stride=tuple(strides), padding=tuple(begin), dilation=tuple(dilations),
                    groups=int(attrs.get("group", 1)), name=_layer(node.name))
     return [y[:, :, 0, :] if spatial == 1 else y]
+
+
+def _conv3d(node, x, w, b, strides, dilations, pads, groups, ops):
+    """A 3-D convolution (NCDHW) as one 2-D convolution per output depth plane: the input planes its kernel reaches,
+    stacked as channels (channel c, tap k at c * kd + k, so that each group's channels stay together), convolved with
+    the weight laid out alike (O, C/groups * kd, kh, kw). Each output sums all of its window's products in one matrix
+    op, as the 2-D convolution does; the depth padding is added exactly (zeros)."""
+    if pads[0]:
+        x = _pad_exact(x, [pads[0], 0, 0], [pads[0], 0, 0], 0.0)
+    channels, depth = np.shape(x)[1], np.shape(x)[2]
+    out_channels, per_group, kd, kh, kw = (int(d) for d in np.shape(w))
+    if channels != per_group * groups or out_channels % groups:
+        raise InterpreterError(f"node {node.name!r}: Conv input of {channels} channels, weight {np.shape(w)} with "
+                               f"group={groups}")
+    stride, dilation = strides[0], dilations[0]
+    span = dilation * (kd - 1) + 1
+    planes = (int(depth) - span) // stride + 1
+    if planes < 1:
+        raise InterpreterError(f"node {node.name!r}: Conv of depth {depth} (padded) with a kernel spanning {span}")
+    _budget(f"node {node.name!r} (Conv, input planes stacked per output plane)",
+            [channels * kd, *np.shape(x)[3:]], np.float32)
+    weight = np.reshape(w, (out_channels, per_group * kd, kh, kw))
+    out = []
+    for plane in range(planes):
+        start = plane * stride
+        slab = x[:, :, start: start + span: dilation]  # (N, C, kd, H, W)
+        slab = slab.reshape((slab.shape[0], channels * kd, *slab.shape[3:]))
+        y = ops.conv2d(slab, weight, b, stride=tuple(strides[1:]), padding=tuple(pads[1:]),
+                       dilation=tuple(dilations[1:]), groups=groups, name=_layer(node.name))
+        out.append(y[:, :, None])
+    return out[0] if planes == 1 else np.concatenate(out, axis=2)
 
 
 def _text(value) -> str:
@@ -645,21 +782,181 @@ def _reduce_select(fn, largest):
     return run
 
 
+def _arg_select(largest):
+    """ArgMax / ArgMin: the index of the largest (smallest) value along an axis, the first (``select_last_index``:
+    the last) of equal ones; a selection, exact."""
+    def run(node, args, attrs, ops, constant, interp):
+        x = np.asarray(args[0])
+        axis = int(attrs.get("axis", 0)) % max(x.ndim, 1)
+        if x.shape[axis] == 0:
+            raise ValuesError(f"node {node.name!r}: {node.op_type} over an empty axis")
+        fn = np.argmax if largest else np.argmin
+        if int(attrs.get("select_last_index", 0)):
+            y = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis)
+        else:
+            y = fn(x, axis=axis)
+        y = np.asarray(y, np.int64)
+        return [np.expand_dims(y, axis) if int(attrs.get("keepdims", 1)) else y]
+    return run
+
+
+def _scaler(node, args, attrs, ops, constant, interp):
+    """ONNX-ML Scaler (scikit-learn's StandardScaler as skl2onnx writes it): (x - offset) * scale over the last axis,
+    a ``sub`` and a ``mul`` of the ops."""
+    x = args[0]
+    if _integers(x):
+        raise InterpreterError(f"node {node.name!r}: Scaler of {_array(x).dtype} is not supported (float32 only)")
+    features = np.shape(x)[-1] if np.ndim(x) else 1
+    operands = []
+    for key, default in (("offset", 0.0), ("scale", 1.0)):
+        value = np.asarray(attrs.get(key, [default]), F32)
+        if value.size not in (1, features):
+            raise InterpreterError(f"node {node.name!r}: Scaler {key} of {value.size} values for {features} features")
+        operands.append(value)
+    name = _layer(node.name)
+    return [ops.mul(ops.sub(x, operands[0], name=f"{name}/offset"), operands[1], name=name)]
+
+
+def _array_feature_extractor(node, args, attrs, ops, constant, interp):
+    """ONNX-ML ArrayFeatureExtractor: the elements of the last axis at the (flattened) indices, a rank-1 input's as
+    one row (as onnxruntime defines it; skl2onnx maps a classifier's class index to its label with it); exact."""
+    x, indices = _array(args[0]), np.asarray(args[1]).reshape(-1)
+    if indices.dtype.kind not in "iu":
+        raise InterpreterError(f"node {node.name!r}: ArrayFeatureExtractor indices of {indices.dtype}; integers "
+                               "expected")
+    n = x.shape[-1] if x.ndim else 0
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        raise ValuesError(f"node {node.name!r}: ArrayFeatureExtractor indices outside [0, {n})")
+    y = np.take(x, indices.astype(np.int64), axis=-1)
+    return [y[None] if x.ndim == 1 else y]
+
+
+def _exact_step(interp, op_type: str, args: list, name: str, constant: set, **attributes):
+    """A value-moving step an operator is made of (a classifier's label: ArgMax, then a Gather of the class labels),
+    run in numpy, or, on values being recorded into a graph, written there as a standard node of its own."""
+    node = onnx.helper.make_node(op_type, [f"{name}/input{i}" for i in range(len(args))], [f"{name}/output"],
+                                 name=name, **attributes)
+    attrs = _attrs(node)
+    if interp._replays(node, args, constant):
+        return _replay(node, args, attrs, constant, interp)[0]
+    return _RUN[op_type](node, args, attrs, _FP32_OPS, constant, interp)[0]
+
+
+def _ml_matrix(node, args, attrs, interp, what: str):
+    """The (rows, features) weight and the intercepts of an ONNX-ML linear model (LinearClassifier, LinearRegressor)
+    on the (N, features) float input, as the ``linear`` op takes them."""
+    x = args[0]
+    if _integers(x) or np.ndim(x) != 2:
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} of {_array(x).dtype} of rank {np.ndim(x)}; a "
+                               "float32 (N, features) input is supported")
+    features = int(np.shape(x)[1])
+    count = len(attrs.get("coefficients", []))
+    if not count or count % features:
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} has {count} coefficients for {features} features")
+    weight = interp.attribute_array(node, "coefficients",
+                                    lambda: np.asarray(attrs["coefficients"], F32).reshape(-1, features))
+    rows = weight.shape[0]
+    intercepts = interp.attribute_array(node, "intercepts", lambda: np.asarray(attrs.get("intercepts", []), F32))
+    if intercepts.size not in (0, 1, rows):
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} has {intercepts.size} intercepts for {rows} {what}")
+    transform = _text(attrs.get("post_transform", "NONE"))
+    return x, weight, intercepts, transform
+
+
+def _linear_regressor(node, args, attrs, ops, constant, interp):
+    """ONNX-ML LinearRegressor (scikit-learn's linear regressions as skl2onnx writes them): a ``linear`` op, then
+    an ``add`` of the intercepts."""
+    x, weight, intercepts, transform = _ml_matrix(node, args, attrs, interp, "targets")
+    if weight.shape[0] != int(attrs.get("targets", 1)) or transform != "NONE":
+        raise InterpreterError(f"node {node.name!r}: LinearRegressor with {weight.shape[0]} coefficient rows for "
+                               f"targets={attrs.get('targets', 1)} and post_transform {transform!r}; post_transform "
+                               "NONE is supported")
+    name = _layer(node.name)
+    y = ops.linear(x, weight, None, name=name)
+    return [ops.add(y, intercepts, name=f"{name}/bias") if intercepts.size else y]
+
+
+def _linear_classifier(node, args, attrs, ops, constant, interp):
+    """ONNX-ML LinearClassifier (logistic regression, linear SVMs) as onnxruntime defines it: the class scores as a
+    ``linear`` op and an ``add`` of the intercepts, then the post transform (``sigmoid`` for LOGISTIC, ``softmax``
+    for SOFTMAX), the label the class of the largest score (an exact ArgMax and Gather). A binary model's one score s
+    gives the pair (1 - p, p), p = sigmoid(s) for LOGISTIC and s otherwise (a ``sub``), and the second class when
+    s > 0 (an exact comparison)."""
+    x, weight, intercepts, transform = _ml_matrix(node, args, attrs, interp, "classes")
+    if "classlabels_strings" in attrs:
+        raise InterpreterError(f"node {node.name!r}: LinearClassifier with string class labels is not supported "
+                               "(integer labels are)")
+    labels = attrs.get("classlabels_ints")
+    classes = len(labels) if labels else weight.shape[0]
+    binary = weight.shape[0] == 1 and classes == 2
+    if (weight.shape[0] != classes and not binary) or classes < 2:
+        raise InterpreterError(f"node {node.name!r}: LinearClassifier of {weight.shape[0]} score rows for {classes} "
+                               "classes is not supported")
+    if transform not in ("NONE", "LOGISTIC", "SOFTMAX"):
+        raise InterpreterError(f"node {node.name!r}: LinearClassifier post_transform {transform!r} is not supported "
+                               "(NONE, LOGISTIC and SOFTMAX are)")
+    name = _layer(node.name)
+    scores = ops.linear(x, weight, None, name=name)
+    if intercepts.size:
+        scores = ops.add(scores, intercepts, name=f"{name}/bias")
+    table = interp.attribute_array(node, "classlabels_ints",
+                                   lambda: np.asarray(labels if labels else range(classes), np.int64))
+    if binary:
+        p = ops.sigmoid(scores, name=f"{name}/logistic") if transform == "LOGISTIC" else scores
+        positive = _exact_step(interp, "Greater", [scores, np.zeros(1, F32)], f"{node.name}/positive", constant)
+        best = _exact_step(interp, "Cast", [positive], f"{node.name}/class", constant, to=onnx.TensorProto.INT64)
+        scores = np.concatenate([ops.sub(np.ones(1, F32), p, name=f"{name}/complement"), p], axis=1)
+    else:
+        if transform == "LOGISTIC":
+            scores = ops.sigmoid(scores, name=f"{name}/logistic")
+        elif transform == "SOFTMAX":
+            scores = ops.softmax(scores, axis=-1, name=f"{name}/softmax")
+        best = _exact_step(interp, "ArgMax", [scores], f"{node.name}/ArgMax", constant, axis=1, keepdims=1)
+    label = _exact_step(interp, "Gather", [table, best], f"{node.name}/label", constant, axis=0)
+    return [_exact_step(interp, "Reshape", [label, np.array([-1], np.int64)], f"{node.name}/labels", constant),
+            scores]
+
+
+def _normalizer(node, args, attrs, ops, constant, interp):
+    """ONNX-ML Normalizer as onnxruntime defines it: each row divided by its L1 norm, its L2 norm or its largest
+    value (MAX), a row whose norm is 0 left as it is; as the ops ``abs``, ``mul``, ``sum``, ``sqrt`` and ``div``,
+    the largest value and the zero test exact."""
+    x = args[0]
+    norm = _text(attrs.get("norm", "MAX"))
+    if _integers(x) or np.ndim(x) != 2:
+        raise InterpreterError(f"node {node.name!r}: Normalizer of {_array(x).dtype} of rank {np.ndim(x)}; a float32 "
+                               "(N, features) input is supported")
+    name = _layer(node.name)
+    if norm == "L1":
+        total = ops.sum(ops.abs(x, name=f"{name}/abs"), axis=(1,), keepdims=True, name=f"{name}/norm")
+    elif norm == "L2":
+        total = ops.sqrt(ops.sum(ops.mul(x, x, name=f"{name}/square"), axis=(1,), keepdims=True, name=f"{name}/sum"),
+                         name=f"{name}/norm")
+    elif norm == "MAX":
+        total = _exact_step(interp, "ReduceMax", [x, np.array([1], np.int64)], f"{node.name}/norm", constant,
+                            keepdims=1)
+    else:
+        raise InterpreterError(f"node {node.name!r}: Normalizer norm {norm!r} is not one of MAX, L1, L2")
+    zero = _exact_step(interp, "Equal", [total, np.zeros(1, F32)], f"{node.name}/zero", constant)
+    divisor = _exact_step(interp, "Where", [zero, np.ones(1, F32), total], f"{node.name}/divisor", constant)
+    return [ops.div(x, divisor, name=name)]
+
+
 def _global_average_pool(node, args, attrs, ops, constant, interp):
     return [ops.mean(args[0], axis=tuple(range(2, np.ndim(args[0]))), keepdims=True, name=_layer(node.name))]
 
 
 def _pool_geometry(node, attrs, x):
-    """(kernel, strides, begin pads, end pads) of a 1-D or 2-D pooling node, the end pads grown for ``ceil_mode``
-    (the extra positions beyond the stated pads, which no window average counts), and those extra positions."""
+    """(kernel, strides, dilations, begin pads, end pads, extra) of a 1-D, 2-D or 3-D pooling node: ``extra`` the
+    positions ``ceil_mode`` adds beyond the end pads (which no window average counts)."""
     kernel = [int(k) for k in attrs["kernel_shape"]]
     spatial = len(kernel)
-    if spatial not in (1, 2) or np.ndim(x) != spatial + 2:
+    if spatial not in (1, 2, 3) or np.ndim(x) != spatial + 2:
         raise InterpreterError(f"node {node.name!r}: {node.op_type} of {spatial} spatial dimension(s) on a tensor of "
-                               f"rank {np.ndim(x)}; 1-D and 2-D pooling are supported")
+                               f"rank {np.ndim(x)}; 1-D, 2-D and 3-D pooling are supported")
     dilations = _ints(attrs, "dilations", spatial, 1)
-    if any(d != 1 for d in dilations):
-        raise InterpreterError(f"node {node.name!r}: {node.op_type} with dilations {dilations} is not supported")
+    if any(d < 1 for d in dilations) or any(k < 1 for k in kernel):
+        raise InterpreterError(f"node {node.name!r}: {node.op_type} with kernel {kernel} and dilations {dilations}")
     if int(attrs.get("storage_order", 0)):
         raise InterpreterError(f"node {node.name!r}: MaxPool with storage_order=1 is not supported")
     strides = _ints(attrs, "strides", spatial, 1)
@@ -667,26 +964,78 @@ def _pool_geometry(node, attrs, x):
     begin, end = _pads(node, attrs, sizes, kernel, strides, dilations)
     extra = [0] * spatial
     if int(attrs.get("ceil_mode", 0)):
-        for i, (n, k, s) in enumerate(zip(sizes, kernel, strides)):
-            span = n + begin[i] + end[i] - k
+        for i, (n, k, s, d) in enumerate(zip(sizes, kernel, strides, dilations)):
+            reach = (k - 1) * d + 1  # the positions a window spans
+            span = n + begin[i] + end[i] - reach
             out = -(-span // s) + 1
             if (out - 1) * s >= n + begin[i]:  # a last window starting in the end padding is dropped
                 out -= 1
-            extra[i] = max((out - 1) * s + k - (n + begin[i] + end[i]), 0)
-    return kernel, strides, begin, end, extra
+            extra[i] = max((out - 1) * s + reach - (n + begin[i] + end[i]), 0)
+    return kernel, strides, dilations, begin, end, extra
 
 
 def _as_2d(x, spatial):
     return x[:, :, None, :] if spatial == 1 else x
 
 
+def _depth_planes(x, kernel, strides):
+    """For 3-D pooling (NCDHW): per output depth plane, the input planes its windows reach with the depth interleaved
+    into the width, (N, C, H, W * kd) with element (h, w * kd + k) from plane k, and the 2-D kernel and stride that
+    then cover each 3-D window, (kh, kw * kd) at (sh, sw * kd): one 2-D pooling op per output plane sees exactly the
+    elements of its 3-D windows."""
+    kd, kh, kw = kernel
+    sd, sh, sw = strides
+    planes = (int(np.shape(x)[2]) - kd) // sd + 1
+    slabs = []
+    for plane in range(planes):
+        slab = x[:, :, plane * sd: plane * sd + kd].transpose(0, 1, 3, 4, 2)  # (N, C, H, W, kd)
+        slabs.append(slab.reshape((slab.shape[0], slab.shape[1], slab.shape[2], slab.shape[3] * kd)))
+    return slabs, (kh, kw * kd), (sh, sw * kd)
+
+
+def _window_taps(node, x, kernel, strides, dilations):
+    """For dilated pooling: the elements of each window side by side, (N, C, P, Q * taps) with the output positions
+    (P, Q) (the leading output axes folded into P) and a window's taps along its row, and the 2-D kernel and stride
+    (1, taps) that cover one window: one 2-D pooling op sees exactly each dilated window's elements. Each tap is a
+    strided slice (exact)."""
+    sizes = [int(n) for n in np.shape(x)[2:]]
+    outs = [(n - (k - 1) * d - 1) // s + 1 for n, k, s, d in zip(sizes, kernel, strides, dilations)]
+    if min(outs) < 1:
+        raise ValuesError(f"node {node.name!r}: {node.op_type} windows of {kernel} dilated {dilations} do not fit "
+                          f"the (padded) input of {tuple(sizes)}")
+    taps = int(np.prod(kernel))
+    _budget(f"node {node.name!r} ({node.op_type}, the windows' elements)", [np.shape(x)[1], *outs, taps], F32)
+    columns = []
+    for offsets in np.ndindex(*kernel):
+        index = tuple(slice(o * d, o * d + (m - 1) * s + 1, s)
+                      for o, d, m, s in zip(offsets, dilations, outs, strides))
+        columns.append(x[(slice(None), slice(None), *index)][..., None])
+    stacked = columns[0] if taps == 1 else np.concatenate(columns, axis=-1)  # (N, C, *outs, taps)
+    rows = int(np.prod(outs[:-1], dtype=np.int64))
+    return (stacked.reshape((stacked.shape[0], stacked.shape[1], rows, outs[-1] * taps)), (1, taps), (1, taps),
+            outs)
+
+
+def _stack_planes(planes):
+    out = [y[:, :, None] for y in planes]
+    return out[0] if len(out) == 1 else np.concatenate(out, axis=2)
+
+
 def _max_pool(node, args, attrs, ops, constant, interp):
     x = args[0]
-    kernel, strides, begin, end, extra = _pool_geometry(node, attrs, x)
+    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, attrs, x)
     end = [e + x_ for e, x_ in zip(end, extra)]
     if any(begin) or any(end):  # -inf added exactly: a window's maximum is that of its elements
         x = _pad_exact(x, begin, end, -np.inf)
     spatial = len(kernel)
+    if any(d != 1 for d in dilations):
+        flat, k2, s2, outs = _window_taps(node, x, kernel, strides, dilations)
+        y = ops.max_pool2d(flat, kernel=k2, stride=s2, padding=0, name=_layer(node.name))
+        return [y.reshape((y.shape[0], y.shape[1], *outs))]
+    if spatial == 3:
+        slabs, k2, s2 = _depth_planes(x, kernel, strides)
+        return [_stack_planes([ops.max_pool2d(slab, kernel=k2, stride=s2, padding=0, name=_layer(node.name))
+                               for slab in slabs])]
     y = ops.max_pool2d(_as_2d(x, spatial), kernel=tuple([1] * (2 - spatial) + kernel),
                        stride=tuple([1] * (2 - spatial) + strides), padding=0, name=_layer(node.name))
     return [y[:, :, 0, :] if spatial == 1 else y]
@@ -694,7 +1043,7 @@ def _max_pool(node, args, attrs, ops, constant, interp):
 
 def _average_pool(node, args, attrs, ops, constant, interp):
     x = args[0]
-    kernel, strides, begin, end, extra = _pool_geometry(node, attrs, x)
+    kernel, strides, dilations, begin, end, extra = _pool_geometry(node, attrs, x)
     spatial = len(kernel)
     # the count of each window: its input elements, with the stated pads when count_include_pad (never the extra)
     counted = np.ones((1, 1, *np.shape(x)[2:]), F32)
@@ -706,6 +1055,16 @@ def _average_pool(node, args, attrs, ops, constant, interp):
     end = [e + x_ for e, x_ in zip(end, extra)]
     if any(begin) or any(end):
         x = _pad_exact(x, begin, end, 0.0)
+    if any(d != 1 for d in dilations):
+        flat, k2, s2, outs = _window_taps(node, x, kernel, strides, dilations)
+        counts, _, _, _ = _window_taps(node, counted, kernel, strides, dilations)
+        y = ops.avg_pool2d(flat, window_sums(counts, k2, s2)[0, 0], kernel=k2, stride=s2, name=_layer(node.name))
+        return [y.reshape((y.shape[0], y.shape[1], *outs))]
+    if spatial == 3:
+        slabs, k2, s2 = _depth_planes(x, kernel, strides)
+        counts, _, _ = _depth_planes(counted, kernel, strides)
+        return [_stack_planes([ops.avg_pool2d(slab, window_sums(count, k2, s2)[0, 0], kernel=k2, stride=s2,
+                                              name=_layer(node.name)) for slab, count in zip(slabs, counts)])]
     k2, s2 = tuple([1] * (2 - spatial) + kernel), tuple([1] * (2 - spatial) + strides)
     divisor = window_sums(_as_2d(counted, spatial), k2, s2)[0, 0]
     y = ops.avg_pool2d(_as_2d(x, spatial), divisor, kernel=k2, stride=s2, name=_layer(node.name))
@@ -1038,33 +1397,79 @@ def _resize_coordinates(mode: str, out_size: int, in_size: int, scale: float) ->
         return o / scale
     if mode == "pytorch_half_pixel" and out_size == 1:
         return np.zeros(1)
+    if mode == "half_pixel_symmetric":  # centred: the output's rounded-down length spread symmetrically
+        adjustment = out_size / (in_size * scale)
+        return in_size / 2 * (1 - adjustment) + (o + 0.5) / scale - 0.5
     return (o + 0.5) / scale - 0.5  # half_pixel, pytorch_half_pixel
+
+
+def _cubic_weights(coords: np.ndarray, size: int, a: float, exclude_outside: bool) -> np.ndarray:
+    """The (out, size) matrix of ONNX's cubic interpolation along one axis: each output the weighted sum of the four
+    inputs around its coordinate (Keys' kernel of ``cubic_coeff_a``), positions beyond the edges the edge input, or
+    with ``exclude_outside`` weighted 0 and the other weights scaled to sum to 1."""
+    base = np.floor(coords)
+    t = (coords - base)[:, None]
+    taps = np.abs(np.arange(-1, 3)[None, :] - t)  # distance of each of the four neighbours
+    near = ((a + 2) * taps - (a + 3)) * taps * taps + 1  # |d| <= 1
+    far = ((a * taps - 5 * a) * taps + 8 * a) * taps - 4 * a  # 1 < |d| < 2
+    weights = np.where(taps <= 1, near, far)
+    index = base.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
+    if exclude_outside:
+        weights = np.where((index < 0) | (index >= size), 0.0, weights)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    matrix = np.zeros((len(coords), size))
+    np.add.at(matrix, (np.repeat(np.arange(len(coords)), 4), np.clip(index, 0, size - 1).reshape(-1)),
+              weights.reshape(-1))
+    return matrix
+
+
+def _linear_weights(coords: np.ndarray, size: int) -> np.ndarray:
+    """The (out, size) matrix of linear interpolation along one axis (coordinates beyond the edges at the edge)."""
+    c = np.clip(coords, 0, size - 1)
+    low = np.floor(c).astype(np.int64)
+    high = np.minimum(low + 1, size - 1)
+    weight = c - low
+    matrix = np.zeros((len(c), size))
+    np.add.at(matrix, (np.arange(len(c)), low), 1 - weight)
+    np.add.at(matrix, (np.arange(len(c)), high), weight)
+    return matrix
 
 
 def _resize(node, args, attrs, ops, constant, interp):
     """Resize of the spatial axes of an (N, C, H, W) or (N, C, L) tensor: ``nearest`` as an exact selection of input
-    elements, ``linear`` as one ``interpolate`` op (each output a weighted sum of its two or four neighbours)."""
+    elements, ``linear`` and ``cubic`` as one ``interpolate`` op (each output a weighted sum of its two or four
+    neighbours per axis, the weights of each output row and column constant matrices)."""
     x, _, scales, sizes = (list(args) + [None] * 4)[:4]
     refuse = f"node {node.name!r}: Resize"
     mode = _text(attrs.get("mode", "nearest"))
     transform = _text(attrs.get("coordinate_transformation_mode", "half_pixel"))
-    if mode not in ("nearest", "linear"):
-        raise InterpreterError(f"{refuse} mode {mode!r} is not supported (nearest and linear are)")
-    if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
+    if mode not in ("nearest", "linear", "cubic"):
+        raise InterpreterError(f"{refuse} mode {mode!r} is not supported (nearest, linear and cubic are)")
+    if transform not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "half_pixel_symmetric"):
         raise InterpreterError(f"{refuse} coordinate_transformation_mode {transform!r} is not supported")
-    if int(attrs.get("antialias", 0)) or int(attrs.get("exclude_outside", 0)) or "axes" in attrs or \
-            _text(attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
-        raise InterpreterError(f"{refuse} with antialias, exclude_outside, axes or a keep_aspect_ratio_policy is not "
-                               "supported")
+    if int(attrs.get("antialias", 0)) or _text(attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
+        raise InterpreterError(f"{refuse} with antialias or a keep_aspect_ratio_policy is not supported")
+    exclude = bool(int(attrs.get("exclude_outside", 0)))
+    if exclude and mode != "cubic":  # as onnxruntime: ONNX defines it for cubic (and antialiasing)
+        raise InterpreterError(f"{refuse} mode {mode!r} with exclude_outside is not supported (cubic's only)")
     shape = tuple(int(d) for d in np.shape(x))
-    if sizes is not None and np.size(sizes):
-        out = [int(v) for v in np.ravel(sizes)]
-        factors = [o / i if i else 1.0 for o, i in zip(out, shape)]
-    elif scales is not None and np.size(scales):
-        factors = [float(v) for v in np.ravel(scales)]
-        out = [int(np.floor(i * f)) for i, f in zip(shape, factors)]
-    else:
+    axes = [int(a) % len(shape) for a in attrs.get("axes", range(len(shape)))]  # the axes scales or sizes are of
+    if len(set(axes)) != len(axes):
+        raise InterpreterError(f"{refuse} with repeated axes {list(attrs['axes'])}")
+    out, factors = list(shape), [1.0] * len(shape)
+    given = np.ravel(sizes) if sizes is not None and np.size(sizes) else np.ravel(scales) \
+        if scales is not None and np.size(scales) else None
+    if given is None:
         raise InterpreterError(f"{refuse} without scales or sizes")
+    if len(given) != len(axes):
+        raise ValuesError(f"{refuse}: {len(given)} scales or sizes for {len(axes)} axes")
+    for axis, value in zip(axes, given):
+        if sizes is not None and np.size(sizes):
+            out[axis] = int(value)
+            factors[axis] = out[axis] / shape[axis] if shape[axis] else 1.0
+        else:
+            factors[axis] = float(value)
+            out[axis] = int(np.floor(shape[axis] * factors[axis]))
     if len(out) != len(shape) or len(shape) not in (3, 4) or tuple(out[:2]) != shape[:2] or min(out) < 1:
         raise ValuesError(f"{refuse} of a tensor of shape {shape} to {tuple(out)}: only the spatial axes of an "
                                "(N, C, H, W) or (N, C, L) tensor are resized")
@@ -1080,16 +1485,9 @@ def _resize(node, args, attrs, ops, constant, interp):
         for axis, (c, size) in enumerate(zip(coords, shape[2:]), 2):
             y = np.take(y, np.clip(pick(c), 0, size - 1).astype(np.int64), axis=axis)
         return [y]
-    matrices = []
-    for c, size in zip(coords, shape[2:]):
-        c = np.clip(c, 0, size - 1)
-        low = np.floor(c).astype(np.int64)
-        high = np.minimum(low + 1, size - 1)
-        weight = c - low
-        matrix = np.zeros((len(c), size))
-        np.add.at(matrix, (np.arange(len(c)), low), 1 - weight)
-        np.add.at(matrix, (np.arange(len(c)), high), weight)
-        matrices.append(matrix.astype(F32))
+    a = float(attrs.get("cubic_coeff_a", -0.75))
+    matrices = [(_cubic_weights(c, size, a, exclude) if mode == "cubic" else _linear_weights(c, size)).astype(F32)
+                for c, size in zip(coords, shape[2:])]
     if len(shape) == 3:
         y = ops.interpolate(x[:, :, None, :], np.ones((1, 1), F32), matrices[0], name=_layer(node.name))
         return [y[:, :, 0, :]]
@@ -1121,18 +1519,25 @@ _RUN = {
     "Log": _unary_float("log"), "Reciprocal": _unary_float("reciprocal"), "Clip": _clip, "Mod": _mod,
     "HardSigmoid": _hard_sigmoid, "HardSwish": _unary("hard_swish"), "ReduceSum": _reduce_sum,
     "ReduceMax": _reduce_select(np.max, True), "ReduceMin": _reduce_select(np.min, False),
-    "Resize": _resize,
+    "Resize": _resize, "ArgMax": _arg_select(True), "ArgMin": _arg_select(False),
+    "Scaler": _scaler, "ArrayFeatureExtractor": _array_feature_extractor, "LinearClassifier": _linear_classifier,
+    "LinearRegressor": _linear_regressor, "Normalizer": _normalizer,
 }
+# the ONNX-ML (ai.onnx.ml) operators run
+ML_OPERATORS = frozenset({"Scaler", "ArrayFeatureExtractor", "LinearClassifier", "LinearRegressor", "Normalizer"})
 # Operators with optional further outputs, and how many outputs the interpreter computes for each.
-_OUTPUTS = {"MaxPool": 1, "LayerNormalization": 3, "BatchNormalization": 1}
+_OUTPUTS = {"MaxPool": 1, "LayerNormalization": 3, "BatchNormalization": 1, "LinearClassifier": 2}
 SUPPORTED = frozenset(_RUN)
 # Operators whose outputs are constant when their inputs are (weights laid out by shape steps stay weights).
 _EXACT = frozenset({"Identity", "Cast", "Reshape", "Transpose", "Slice", "Unsqueeze", "Squeeze", "Concat", "Split",
                     "Flatten", "Shape", "Constant", "Expand", "Equal", "Not", "Where", "Gather",
                     "ConstantOfShape", "And", "Or", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "IsNaN",
-                    "Range", "Pad", "Tile", "GatherElements", "GatherND", "ScatterND", "ReduceMax", "ReduceMin"})
+                    "Range", "Pad", "Tile", "GatherElements", "GatherND", "ScatterND", "ReduceMax", "ReduceMin",
+                    "ArgMax", "ArgMin", "ArrayFeatureExtractor"})
 
 
+# Exact steps whose result holds the elements of their first operand, laid out anew.
+_RELAYOUT = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Flatten"})
 # Operators that run exactly in numpy when their operands are integers (index arithmetic), through the ops otherwise.
 _INTEGER_PATHS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Abs", "Neg", "Sign", "Clip", "Mod", "CumSum",
                             "ReduceSum"})
@@ -1160,12 +1565,28 @@ def _replay(node, args, attrs, constant, interp):
             names.append(a.name if isinstance(a, GraphTensor) else graph.constant(np.asarray(a), f"{label}/{name}"))
     outputs = [graph.value_name(label) for _ in results]
     kept = {k: v for k, v in attrs.items()}
-    graph.add_node(node.op_type, names, outputs, label, **kept)
+    if node.op_type == "ArrayFeatureExtractor":  # written in the standard domain: Gather of the flattened indices
+        flat = graph.value_name(f"{label}/indices")
+        graph.add_node("Reshape", [names[1], graph.constant(np.array([-1], np.int64), f"{label}/flat")], [flat],
+                       graph.node_name(f"{label}/Reshape"))
+        if np.ndim(example[0]) == 1:
+            row = graph.value_name(f"{label}/row")
+            graph.add_node("Gather", [names[0], flat], [row], graph.node_name(f"{label}/Gather"), axis=-1)
+            graph.add_node("Unsqueeze", [row, graph.constant(np.array([0], np.int64), f"{label}/axis")], outputs,
+                           label)
+        else:
+            graph.add_node("Gather", [names[0], flat], outputs, label, axis=-1)
+    else:
+        graph.add_node(node.op_type, names, outputs, label, **kept)
+    # a 1-D integer result is an index or shape vector, unless it holds the elements of a batched operand (a
+    # classifier's labels flattened)
+    holds = node.op_type in _RELAYOUT and any(a.batch_axis is not None for a in tensors)
     out = []
     for name, value in zip(outputs, results):
         value = np.asarray(value)
         batched = (batch is not None and value.ndim >= 1 and value.shape[0] == batch
-                   and (value.ndim >= 2 or value.dtype.kind not in "iu"))
+                   and (value.ndim >= 2 or value.dtype.kind not in "iu"
+                        or (holds and value.size == value_of(tensors[0]).size)))
         out.append(GraphTensor(graph, name, value, 0 if batched else None, source))
     return out
 

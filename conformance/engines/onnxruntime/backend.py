@@ -207,7 +207,7 @@ class OnnxruntimeBackend(Backend):
         recording = None
         if precision == "fp32" and isinstance(model, GraphModel):  # the user's graph, as given
             proto = model.interpreter.model
-            data = proto.SerializeToString()
+            data = model.interpreter.serialized()  # its weights inline (the interpreter holds them as arrays)
             facts["graph"] = {"source": "the imported graph as given"}
         else:
             if precision == "fp32":
