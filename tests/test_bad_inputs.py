@@ -456,9 +456,11 @@ def _passing_shards(tmp_path: Path) -> None:
 
 
 def _audit_hidden(data: dict) -> None:
-    """An audit whose figure failed, marked passed and "not established" (which explains no pass)."""
-    next(r for r in data["records"] if r["kind"] == "audit").update(value=0.0, target=1.0, op=">=", passed=True,
-                                                                     established=False)
+    """An audit whose figure failed, marked passed and "not established" (which explains no pass), without the
+    official script's verdict (which would)."""
+    record = next(r for r in data["records"] if r["kind"] == "audit")
+    record.update(value=0.0, target=1.0, op=">=", passed=True, established=False)
+    record["details"].pop("official", None)
 
 
 def _damaged_weights(tmp_path: Path) -> None:
