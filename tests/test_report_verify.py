@@ -507,6 +507,24 @@ def test_a_failed_gate_renamed_and_made_informational_is_refused(unversioned, tm
         baseline.load_baseline(bad, passing_results())
 
 
+def test_the_tables_version_covers_the_tables_a_model_or_a_backend_ships(tmp_path, monkeypatch):
+    """A plugin model's (or backend's) own gates are part of the version a results file records: editing them is
+    another version."""
+    from conformance.report import tables
+
+    own = tmp_path / "accuracy.toml"
+    own.write_text("[ipu.tinymlp.fp16]\nsnr_db = \">= 30\"\n")
+    before = tables.tables_version()
+    for seam in ("model_files", "backend_files"):
+        with monkeypatch.context() as patch:
+            patch.setattr(tables, seam, lambda name: [("tinymlp", own)] if name == "accuracy.toml" else [])
+            first = tables.tables_version()
+            own.write_text("[ipu.tinymlp.fp16]\nsnr_db = \">= 20\"\n")
+            second = tables.tables_version()
+            own.write_text("[ipu.tinymlp.fp16]\nsnr_db = \">= 30\"\n")
+        assert len({before, first, second}) == 3, seam
+
+
 def test_a_file_of_the_suites_tests_without_a_tables_version_is_refused(tmp_path, capsys):
     """The sample as an older suite wrote it, with no tables version: refused, however consistent its records are; a
     file of no suite test (a plugin's own) has no tables to be checked against and is not."""

@@ -1,11 +1,10 @@
 """A record's target and gating are the suite's, not the file's: recomputed from the target tables.
 
 A results file records the version of the tables its run was judged with (``settings.tables``: the SHA-256 of the
-accuracy and performance target files, the backends' own included; :func:`tables_version`). Each record of one of the
-suite's tests (a test id under ``conformance/test_``) has its gate looked up by the file's hardware and the record's
-model, precision, scenario and check (a model the tables do not name is an imported graph, judged by the graphs'
-gates), and its ``gating``, ``op`` and ``target`` must be the tables': an accuracy
-ratio gate's target is its ratio times the figure it is relative to (``details.<of>_value``), a performance record's
+accuracy and performance target files, the backends' and models' own included; :func:`tables_version`). Each record
+of one of the suite's tests (a test id under ``conformance/test_``) has its gate looked up by the file's hardware and
+the record's model, precision, scenario and check (a model the tables do not name is an imported graph, judged by the
+graphs' gates), and its ``gating``, ``op`` and ``target`` must be the tables': an accuracy ratio gate's target is its ratio times the figure it is relative to (``details.<of>_value``), a performance record's
 the scenario's target (the Server latency bound for the Server's p99), an audit's its fixed comparison (TEST04's bound
 follows from a measured score, so only its ``op`` and ``gating`` are checked).
 
@@ -23,7 +22,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from conformance.targets import backend_files
+from conformance.targets import backend_files, model_files
 from conformance.targets.accuracy import ACCURACY_FILE, GRAPH_CASE, load_targets
 from conformance.targets.performance import PERFORMANCE_FILE, SCENARIO_CHECKS, load_performance_targets
 
@@ -34,7 +33,7 @@ TOLERANCE = 1e-9  # relative: a target recomputed from the same tables in float6
 def _table_files() -> list[Path]:
     files = [ACCURACY_FILE, PERFORMANCE_FILE]
     for name in (ACCURACY_FILE.name, PERFORMANCE_FILE.name):
-        files += [path for _, path in backend_files(name)]
+        files += [path for _, path in backend_files(name)] + [path for _, path in model_files(name)]
     return files
 
 
