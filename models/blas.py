@@ -86,9 +86,10 @@ def _blocks(size: int) -> list[tuple[int, int]]:
 
 
 def _share(pieces: list, run) -> None:
-    """``run(piece)`` for every piece, over the threads (in this thread when one is enough or this is one of them)."""
+    """``run(piece)`` for every piece, over the threads (in this thread when one is enough or this is one of them; a
+    caller's own worker threads say 1 through :func:`use_threads`)."""
     count = min(_threads(), len(pieces))
-    if count <= 1 or threading.current_thread().name.startswith(("models-blas", "conformance-numerics")):
+    if count <= 1 or threading.current_thread().name.startswith("models-blas"):
         for piece in pieces:
             run(piece)
         return
@@ -122,12 +123,20 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
             return np.matmul(a, b, out=out)
         if batch:  # one BLAS call per matrix of the batch, as np.matmul makes them: whole matrices shared out
             lead = int(np.prod(batch, dtype=np.int64))
-            a3 = np.broadcast_to(a, batch + (m, k)).reshape(lead, m, k)
-            b3 = np.broadcast_to(b, batch + (k, n)).reshape(lead, k, n)
+            if any(x.ndim > 2 and x.shape[:-2] != batch for x in (a, b)):  # broadcast within the batch axes
+                return np.matmul(a, b, out=out)
+            # an operand without batch axes is broadcast by np.matmul, never copied per matrix
+            a3 = a.reshape(lead, m, k) if a.ndim > 2 else a
+            b3 = b.reshape(lead, k, n) if b.ndim > 2 else b
             o3 = out.reshape(lead, m, n)
             step = max(1, -(-lead // (4 * _threads())))
-            _share([(s, min(lead, s + step)) for s in range(0, lead, step)],
-                   lambda part: np.matmul(a3[part[0]:part[1]], b3[part[0]:part[1]], out=o3[part[0]:part[1]]))
+
+            def stack(part):
+                first, stop = part
+                np.matmul(a3[first:stop] if a.ndim > 2 else a3, b3[first:stop] if b.ndim > 2 else b3,
+                          out=o3[first:stop])
+
+            _share([(s, min(lead, s + step)) for s in range(0, lead, step)], stack)
             return out
         if m >= n or m >= BLOCK:
             _share(_blocks(m), lambda rows: np.matmul(a[rows[0]:rows[1]], b, out=out[rows[0]:rows[1]]))

@@ -68,6 +68,16 @@ def test_model_sized_products_on_one_or_two_threads(monkeypatch, m, k, n):
     assert np.allclose(results[0].view(np.float32), _whole(a, b), rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("a_shape, b_shape", [((4, 96, 64), (64, 48)), ((96, 64), (4, 64, 48)),
+                                              ((2, 1, 96, 64), (1, 3, 64, 48)), ((3, 96, 64), (2, 1, 64, 48))])
+def test_an_operand_without_the_batch_axes_is_broadcast_not_copied(threaded, a_shape, b_shape):
+    """A stack times one matrix (a linear layer's weight), one matrix times a stack, and batch axes that broadcast
+    within themselves: numpy's call per matrix, whatever the split."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+    assert np.array_equal(blas.matmul(a, b).view(np.uint32), _whole(a, b).view(np.uint32))
+
+
 def test_other_dtypes_and_vectors_are_numpys_matmul(threaded):
     a, b = np.arange(6.0).reshape(2, 3), np.arange(3.0)
     assert np.array_equal(blas.matmul(a, b), a @ b) and blas.matmul(a, b).dtype == np.float64
