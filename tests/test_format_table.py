@@ -64,6 +64,14 @@ def test_every_reader_of_the_fp8_formats_follows_the_table():
         assert set(typing.get_args(Fp8Schema.model_fields[field].annotation)) == fp8
 
 
+def test_every_format_has_its_half_partials_block_and_the_kernels_read_it():
+    """A format's half-partials block is a field of its entry: the kernels' default follows the table, so a new format
+    needs no second list (a missing block is a KeyError no more)."""
+    assert all(isinstance(info.partials_block, int) and info.partials_block > 0 for info in FORMATS)
+    assert numerics.DEFAULT_BLOCK == {info.name: info.partials_block for info in FORMATS}
+    assert (numerics.DEFAULT_BLOCK["f16"], numerics.DEFAULT_BLOCK["f143"], numerics.DEFAULT_BLOCK["f152"]) == (16, 32, 32)
+
+
 def test_poprt_names_are_distinct_and_upper_case():
     names = [format_table.format_info(f).poprt_name for f in format_table.FP8_FORMATS]
     assert len(set(names)) == len(names) and all(re.fullmatch(r"F[0-9]{3}", n) for n in names)

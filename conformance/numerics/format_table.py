@@ -25,6 +25,10 @@ class FormatInfo:
     onnx_type: str = ""  # onnx.TensorProto's name of the type
     dtype_name: str = ""  # the dtype of the same values in ml_dtypes (numpy's for float16) and torch
     poprt_name: str = ""  # PopRT's name in fp8_params (the FP8 formats)
+    # K elements of matrix-unit operands in this format summed in FP32 before the running FP16 partial is rounded
+    # (half partials). FP16: poplibs' AMP vertices consume ``weightsPerConvUnit`` = 16 half inputs per pass and write
+    # the partials back after each pass; FP8: the same 64-bit loads carry 32 quarter inputs (assumed, not public).
+    partials_block: int = 0
 
     @property
     def emin(self) -> int:
@@ -53,9 +57,9 @@ class FormatInfo:
 
 
 _FORMATS = {
-    "f16": FormatInfo("f16", 5, 10, 15, 65504.0, True, np.uint16, "FLOAT16", "float16"),
-    "f143": FormatInfo("f143", 4, 3, 8, 240.0, False, np.uint8, "FLOAT8E4M3FNUZ", "float8_e4m3fnuz", "F143"),
-    "f152": FormatInfo("f152", 5, 2, 16, 57344.0, False, np.uint8, "FLOAT8E5M2FNUZ", "float8_e5m2fnuz", "F152"),
+    "f16": FormatInfo("f16", 5, 10, 15, 65504.0, True, np.uint16, "FLOAT16", "float16", partials_block=16),
+    "f143": FormatInfo("f143", 4, 3, 8, 240.0, False, np.uint8, "FLOAT8E4M3FNUZ", "float8_e4m3fnuz", "F143", 32),
+    "f152": FormatInfo("f152", 5, 2, 16, 57344.0, False, np.uint8, "FLOAT8E5M2FNUZ", "float8_e5m2fnuz", "F152", 32),
 }
 FORMAT_NAMES = tuple(_FORMATS)
 FP8_FORMATS = tuple(name for name, info in _FORMATS.items() if info.scaled)

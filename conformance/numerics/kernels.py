@@ -37,6 +37,7 @@ from conformance.numerics.formats import (
     available_threads,
     check_choice,
     check_rng,
+    format_info,
     nearest_rounding,
     other_library,
     round_inplace,
@@ -49,10 +50,8 @@ from models.ops import as_pair, conv2d_fp32  # the FP32 convolution: float parti
 PARTIALS = ("float", "half")
 OUT_FORMATS = ("f16", None)
 
-# K elements summed in FP32 before the running partial is rounded to FP16. FP16: poplibs' AMP vertices consume
-# ``weightsPerConvUnit`` = 16 half inputs per pass and write the partials back in the partials type after each pass.
-# FP8: the same 64-bit loads carry 32 quarter inputs; assumed, not public.
-DEFAULT_BLOCK = {"f16": 16, "f143": 32, "f152": 32}
+# K elements summed in FP32 before the running partial is rounded to FP16, per operand format (the format table's)
+DEFAULT_BLOCK = {name: format_info(name).partials_block for name in FORMAT_NAMES}
 
 # Output elements per tile of the half-partials loop: the FP32 accumulator and the block product (2 x 512 KiB) stay
 # in a core's L2 cache while all K blocks are summed into them.
