@@ -58,3 +58,18 @@ def pytest_configure(config):
     os.environ[CACHE_VARIABLE] = directory
     os.environ.pop(WEIGHT_CACHE_VARIABLE, None)
     config.add_cleanup(lambda: shutil.rmtree(directory, ignore_errors=True))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _children_without_hypothesis():
+    """The runs of pytest that tests start as subprocesses (the suite's CLI, end to end) do not load Hypothesis's pytest
+    plugin, which they never use: importing it costs 0.8 s of CPU per run. Set where the tests run (an xdist worker,
+    after it started with its own plugins), so only the processes the tests start see it; pytester's runs drop
+    ``PYTEST_ADDOPTS`` anyway."""
+    previous = os.environ.get("PYTEST_ADDOPTS")
+    os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [previous, "-p no:hypothesispytest"]))
+    yield
+    if previous is None:
+        os.environ.pop("PYTEST_ADDOPTS", None)
+    else:
+        os.environ["PYTEST_ADDOPTS"] = previous
