@@ -177,3 +177,21 @@ def test_extrapolated_trace_equals_the_real_trace(model, overrides):
         assert [dc.asdict(op) for op in fake.ops] == [dc.asdict(op) for op in real.ops]
         assert (fake.input_bytes, fake.output_bytes, fake.weight_bytes) == (real.input_bytes, real.output_bytes, real.weight_bytes)
         assert memory_estimate(model, batch, "fp16", "c600", overrides) == memory_fit(real, get_device("c600"))
+
+
+@pytest.mark.parametrize("model", ["resnet50", "bert-base", "albert", "roformer", "conformer", "widedeep"])
+def test_service_times_from_small_traces_are_those_of_the_real_traces(model):
+    """The simulated device times its larger batches from the traces at 2, 3 and 4: the same figures, bit for bit, as
+    tracing each batch, at both precisions' op types."""
+    from conformance.hardware.ipu.simulated import ServiceTimes
+    from conformance.hardware.ipu.timing.cost import TimingModel, default_execution
+    from conformance.hardware.ipu.timing.trace import trace_model
+
+    traced = _model(model, {})
+    timing, execution = TimingModel(), default_execution(traced.name, packed=False)
+    for precision in ("fp16", "fp8"):
+        times = ServiceTimes(traced, precision, 5)
+        assert times.sizes == [1, 2, 4, 5]
+        real = [timing.batch_time(trace_model(traced, n, precision), execution) for n in times.sizes]
+        assert times.occupancy == [t.per_batch_s for t in real]
+        assert times.latency == [t.latency_s for t in real]
