@@ -84,7 +84,7 @@ def test_audit(audit_case, settings, backend, model_store, record_check, accurac
         result = run_test01(
             plan.device, plan.settings, log_dir, sampling_target=settings.profile_data.audit.sampling_target,
             rng_seed=config.accuracy_log_rng_seed, tolerance=config.accuracy_delta, accuracy_device=twin,
-            config=config, runner=plan.runner,
+            config=config, runner=plan.runner, warmup=plan.clock == "real",
             score=task_scorer(samples.model, samples) if samples is not None else None, **plan.run_options)
         record = record_check(kind="audit", model=target.model, precision=target.precision, check="TEST01",
                               value=result.verdict_value, target=1.0, op=">=",

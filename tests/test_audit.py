@@ -176,6 +176,52 @@ def test_test01_fails_when_nothing_was_sampled(tmp_path):
     assert "nothing was audited" in result.describe()
 
 
+class SlowRunsDevice(HonestDevice):
+    """An honest device three times slower in the LoadGen runs numbered in ``slow`` (1 = its first run): a cold
+    start, or logging that costs it time."""
+
+    def __init__(self, slow):
+        super().__init__()
+        self.slow, self.runs = set(slow), 0
+
+    def load(self, indices):
+        self.runs += 1
+
+    def service_time(self, indices):
+        busy, latency = service(len(indices))
+        return (3 * busy, 3 * latency) if self.runs in self.slow else (busy, latency)
+
+
+def run01_timed(tmp_path, device, warmup=False):
+    config = audit_targets.load_audit_config()
+    return test01.run_test01(device, settings("Offline"), tmp_path, sampling_target=32,
+                             rng_seed=config.accuracy_log_rng_seed, tolerance=config.accuracy_delta,
+                             accuracy_device=HonestDevice(), warmup=warmup, **RUN)
+
+
+def test_test01_measures_a_pair_outside_its_tolerance_again(tmp_path):
+    result = run01_timed(tmp_path, SlowRunsDevice(slow={1}))  # the logged run of the first pair is slow
+    assert result.passed and result.official_performance == verification.TEST_PASS, result.describe()
+    assert len(result.earlier_ratios) == 1 and result.earlier_ratios[0] < 0.5, result.earlier_ratios
+    assert "measured again" in result.describe()
+    assert (tmp_path / "remeasure-1" / "performance" / "mlperf_log_accuracy.json").is_file()
+    assert result.details()["earlier_ratios"] == result.earlier_ratios
+
+
+def test_test01_on_the_hosts_clock_warms_up_before_the_logged_run(tmp_path):
+    result = run01_timed(tmp_path, SlowRunsDevice(slow={1}), warmup=True)  # the warm-up run takes the cold start
+    assert result.passed and result.earlier_ratios == [], result.describe()
+    assert (tmp_path / "warmup" / "mlperf_log_summary.txt").is_file()
+    assert not (tmp_path / "remeasure-1").exists()
+
+
+def test_test01_fails_a_device_slower_in_every_logged_run(tmp_path):
+    result = run01_timed(tmp_path, SlowRunsDevice(slow={1, 3}))  # runs: logged, plain, logged again, plain again
+    assert not result.passed and result.official_performance.startswith("TEST FAIL"), result.describe()
+    assert len(result.earlier_ratios) == 1 and result.performance_ratio < 0.5
+    assert result.comparison.all_match  # the accuracy half holds: it is the performance half that fails
+
+
 def test_fresh_device_recomputes():
     device = HonestDevice()
     twin = device.fresh()

@@ -31,6 +31,7 @@ class AuditConfig:
     performance_delta: float  # TEST01: logged-run score within this share of the plain run's
     short_latency_performance_delta: float  # TEST01's relaxed share for short latencies
     test01_short_latency_score: dict  # scenario -> TEST01 result field (ns) at or below which the relaxed share applies
+    test01_remeasure: int  # times a TEST01 pair outside its tolerance is measured again before the audit fails
     test04_scenarios: tuple[str, ...]
     same_index: int
     max_speedup: float
@@ -80,6 +81,7 @@ class Test01Schema(Schema):
     performance_delta: Ratio
     short_latency_performance_delta: Ratio
     short_latency_score: dict[Literal[SCENARIOS], PositiveFloat]
+    remeasure: int = Field(ge=0, le=3)
 
 
 class Test04Schema(Schema):
@@ -113,6 +115,7 @@ def load_audit_config(path: Path | None = None) -> AuditConfig:
         performance_delta=t1.performance_delta,
         short_latency_performance_delta=t1.short_latency_performance_delta,
         test01_short_latency_score=dict(t1.short_latency_score),
+        test01_remeasure=t1.remeasure,
         test04_scenarios=tuple(t4.scenarios),
         same_index=t4.performance_issue_same_index,
         max_speedup=t4.max_speedup,
