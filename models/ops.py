@@ -77,8 +77,11 @@ def gelu_fp32(x, approximate="none"):
 def contiguous(x):
     """``np.ascontiguousarray`` for an activation between ops (numpy's matmul is ~10x faster on a C-contiguous
     array than on a strided view). Layout is not part of what a model computes, so anything that is not an ndarray (a
-    graph recorder's symbolic tensor) passes unchanged."""
-    return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x
+    graph recorder's symbolic tensor) passes unchanged, and so does an array of one value broadcast (every stride 0:
+    a timing trace's placeholder), which a copy would only make large."""
+    if not isinstance(x, np.ndarray) or (x.ndim and not any(x.strides)):
+        return x
+    return np.ascontiguousarray(x)
 
 
 def sigmoid_fp32(x):

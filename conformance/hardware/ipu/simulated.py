@@ -9,7 +9,6 @@ from conformance.hardware.devices import Samples, ServiceTimeDevice, Workload
 from conformance.hardware.ipu.timing.chips import DEFAULT_DEVICE
 from conformance.hardware.ipu.timing.cost import TimingModel, default_execution
 from conformance.hardware.ipu.timing.packing import first_fit
-from conformance.hardware.ipu.timing.predict import extrapolate
 from conformance.hardware.ipu.timing.trace import trace_model
 
 
@@ -24,15 +23,8 @@ class ServiceTimes:
         self.sizes = sorted({1, int(max_units), *[2 ** k for k in range(int(max_units).bit_length()) if 2 ** k <= max_units]})
         self.occupancy = []
         self.latency = []
-        traces = {}
-
-        def trace_at(batch: int):
-            if batch not in traces:
-                traces[batch] = trace_model(model, batch, precision)
-            return traces[batch]
-
-        for n in self.sizes:  # the large batches from three small traces: tracing a batch of 80 allocates its activations
-            t = timing.batch_time(extrapolate(trace_at, n) or trace_at(n), execution)
+        for n in self.sizes:
+            t = timing.batch_time(trace_model(model, n, precision), execution)
             self.occupancy.append(t.per_batch_s)
             self.latency.append(t.latency_s)
 

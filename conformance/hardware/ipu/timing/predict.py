@@ -93,17 +93,9 @@ def extrapolated_trace(name: str, batch_size: int, precision: str, overrides: di
     """The trace at ``batch_size`` built from the (small, cached) traces at batches 2, 3 and 4, without running the model
     on ``batch_size`` samples, so nothing per-sample is allocated; None where the ops or their sizes are not affine in
     the batch (then only a real trace tells). Batches up to the largest probe are traced as they are."""
-    return extrapolate(lambda batch: model_trace(name, batch, precision, overrides), batch_size)
-
-
-def extrapolate(trace_at, batch_size: int) -> Trace | None:
-    """The trace at ``batch_size`` from ``trace_at(batch)`` at batches 2, 3 and 4 (``trace_at`` itself for a batch up to
-    4): every per-op quantity of a model whose ops are the same at every batch is affine in the batch, so three small
-    traces give it at any batch exactly (tests/test_timing_model.py compares it with the real trace); None where the
-    ops or their sizes are not affine."""
     if batch_size <= _PROBE_BATCHES[-1]:
-        return trace_at(batch_size)
-    t1, t2, t3 = (trace_at(b) for b in _PROBE_BATCHES)
+        return model_trace(name, batch_size, precision, overrides)
+    t1, t2, t3 = (model_trace(name, b, precision, overrides) for b in _PROBE_BATCHES)
     if not len(t1.ops) == len(t2.ops) == len(t3.ops):
         return None
     ops = []
@@ -126,7 +118,7 @@ def extrapolate(trace_at, batch_size: int) -> Trace | None:
         if value is None:
             return None
         totals[field_name] = float(value)
-    return Trace(model=t1.model, precision=t1.precision, batch_size=int(batch_size), ops=ops, **totals)
+    return Trace(model=t1.model, precision=precision, batch_size=int(batch_size), ops=ops, **totals)
 
 
 def memory_estimate(model: str, batch_size: int, precision: str, device: str = DEFAULT_DEVICE,

@@ -147,7 +147,10 @@ ELEMENT_FLOPS = {
 
 
 def _zeros(shape) -> np.ndarray:
-    return np.zeros(tuple(int(s) for s in shape), np.float32)
+    """Zeros of ``shape`` that take no memory: one float32 zero broadcast (every stride 0, read-only). Its views
+    (reshapes, transposes) stay views of that zero, so they lead back to the op that made it and cost nothing,
+    whatever the batch."""
+    return np.broadcast_to(np.zeros((), np.float32), tuple(int(s) for s in shape))
 
 
 def _size(x) -> int:
@@ -195,7 +198,7 @@ class TraceOps(Ops):
     def _record(self, op: str, name: str, out_shape, inputs=(), **fields) -> np.ndarray:
         out = _zeros(out_shape)
         record = OpRecord(op=op, name=name, out_shape=tuple(out.shape), sources=self._sources(inputs), **fields)
-        self._producer[id(out)] = len(self.trace.ops)
+        self._producer[id(out)] = self._producer[id(out.base)] = len(self.trace.ops)  # the output and the zero it views
         self._outputs.append(out)
         self.trace.ops.append(record)
         return out
