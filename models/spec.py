@@ -18,6 +18,9 @@ from pathlib import Path
 
 SPEC_ENTRY_POINT_GROUP = "ipu_conformance.models"
 TABLE_NAMES = ("accuracy", "performance", "profiles", "fp8")
+# The built-in models' tables, a folder per model name (``tables/bert-base/accuracy.toml``): a model's gates, targets,
+# counts and FP8 settings beside its code, as a model shipped on its own keeps them.
+BUILTIN_TABLES = Path(__file__).with_name("tables")
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ class ModelSpec:
     ``checkpoint_type``: the ``model_type`` of its checkpoints' ``config.json``; ``sequence_config``: the config class
     attribute whose ``seq_len`` is capped by a checkpoint's ``max_position_embeddings`` (text models);
     ``tables``: a folder holding the model's own ``accuracy.toml``, ``performance.toml`` and ``profiles.toml``, and
-    ``fp8.toml`` (its FP8 settings) where it runs the FP8 precisions (None: the suite's built-in tables hold its rows); ``aliases``: other names it answers to."""
+    ``fp8.toml`` (its FP8 settings) where it runs the FP8 precisions (None: its rows are in the suite's or a
+    backend's tables); ``aliases``: other names it answers to."""
 
     name: str
     module: str
@@ -78,4 +82,4 @@ class ModelSpec:
         return getattr(module, self.model_class) if isinstance(self.model_class, str) else self.model_class
 
 
-__all__ = ["ModelSpec", "SPEC_ENTRY_POINT_GROUP", "TABLE_NAMES"]
+__all__ = ["BUILTIN_TABLES", "ModelSpec", "SPEC_ENTRY_POINT_GROUP", "TABLE_NAMES"]
