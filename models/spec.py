@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SPEC_ENTRY_POINT_GROUP = "ipu_conformance.models"
-TABLE_NAMES = ("accuracy", "performance", "profiles", "fp8")
+TABLE_NAMES = ("accuracy", "performance", "profiles", "fp8", "audit")
 # The built-in models' tables, a folder per model name (``tables/bert-base/accuracy.toml``): a model's gates, targets,
 # counts and FP8 settings beside its code, as a model shipped on its own keeps them.
 BUILTIN_TABLES = Path(__file__).with_name("tables")
@@ -39,8 +39,9 @@ class ModelSpec:
     ``checkpoint_type``: the ``model_type`` of its checkpoints' ``config.json``; ``sequence_config``: the config class
     attribute whose ``seq_len`` is capped by a checkpoint's ``max_position_embeddings`` (text models);
     ``tables``: a folder holding the model's own ``accuracy.toml``, ``performance.toml`` and ``profiles.toml``, and
-    ``fp8.toml`` (its FP8 settings) where it runs the FP8 precisions (None: its rows are in the suite's or a
-    backend's tables); ``aliases``: other names it answers to."""
+    ``fp8.toml`` (its FP8 settings) where it runs the FP8 precisions, ``audit.toml`` where a compliance audit exempts
+    it (``[TEST04.exempt]``, with the reason) (None: its rows are in the suite's or a backend's tables);
+    ``aliases``: other names it answers to."""
 
     name: str
     module: str
@@ -70,7 +71,8 @@ class ModelSpec:
             object.__setattr__(self, "tables", Path(self.tables))
 
     def table(self, kind: str) -> Path | None:
-        """The model's own ``<kind>.toml`` (accuracy, performance, profiles, fp8), None where the suite's tables hold it."""
+        """The model's own ``<kind>.toml`` (accuracy, performance, profiles, fp8, audit), None where the suite's tables hold
+        it."""
         if kind not in TABLE_NAMES:
             raise ValueError(f"unknown table {kind!r}; expected one of: {', '.join(TABLE_NAMES)}")
         return None if self.tables is None else self.tables / f"{kind}.toml"
