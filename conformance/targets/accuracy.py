@@ -292,22 +292,22 @@ def _read_targets(path: Path) -> list[Gate]:
 
 
 def load_targets(path: Path | None = None) -> tuple[Gate, ...]:
-    """The gates in ``path`` (default: :data:`ACCURACY_FILE`, looked up at call time); with the suite's own file, also
-    those that backends ship for their names."""
+    """The gates in ``path`` (default: :data:`ACCURACY_FILE`, looked up at call time: the suite's shared file) and in
+    every model's own accuracy.toml; with the suite's own file, also those that backends ship for their names."""
     return _load_targets(Path(path) if path is not None else ACCURACY_FILE, ACCURACY_FILE)
 
 
 @lru_cache(maxsize=None)
 def _load_targets(path: Path, suite_file: Path) -> tuple[Gate, ...]:
     gates = _read_targets(path)
+    tables = {(g.hardware, g.model, g.precision): path for g in gates}
     if path == suite_file:
-        tables = {(g.hardware, g.model, g.precision): path for g in gates}
         gates += _owned_gates(backend_files(suite_file.name), "hardware", tables,
                               lambda owner, other: f"the {owner!r} backend's targets may only hold [{owner}.*] tables, "
                                                    f"not {other}")
-        gates += _owned_gates(model_files(suite_file.name), "model", tables,
-                              lambda owner, other: f"model {owner!r}'s gates may only hold [<hardware>.{owner}.*] "
-                                                   f"tables, not those of {other}")
+    gates += _owned_gates(model_files(suite_file.name), "model", tables,
+                          lambda owner, other: f"model {owner!r}'s gates may only hold [<hardware>.{owner}.*] "
+                                               f"tables, not those of {other}")
     return tuple(gates)
 
 

@@ -192,14 +192,14 @@ def _check(function, *args):
 
 @lru_cache(maxsize=None)
 def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
-    """The targets in ``path`` (default: the suite's performance.toml, with the tables of backends shipped on their
-    own), validated; a PerformanceTargetsError naming the file, line, key and what is allowed otherwise."""
+    """The targets in ``path`` (default: the suite's performance.toml) and in every model's own performance.toml (with
+    the suite's own file, also the tables of backends shipped on their own), validated; a PerformanceTargetsError
+    naming the file, line, key and what is allowed otherwise."""
     path = Path(path) if path is not None else PERFORMANCE_FILE
     data, text = _check(read_toml, path)
     owners = {}  # model -> (file, text) of the model's own tables: their mistakes name its file
-    if path == PERFORMANCE_FILE:  # each model brings its run parameters and targets
-        for model, extra in model_files(PERFORMANCE_FILE.name):
-            owners[model] = _merge_model_tables(data, model, extra, path)
+    for model, extra in model_files(PERFORMANCE_FILE.name):  # each model brings its run parameters and targets
+        owners[model] = _merge_model_tables(data, model, extra, path)
     _check(validate, data, _schemas()[0], path, text)
     origins = {}  # hardware -> (file, text) of a backend shipped on its own: its tables' mistakes name its file
     if path == PERFORMANCE_FILE:  # backends shipped on their own bring the targets of their names

@@ -118,9 +118,8 @@ def _schemas() -> tuple[type[Schema], type[Schema]]:
 
 def _validated(path: Path):
     data, text = _errors_as_profiles_error(read_toml, path)
-    if path == PROFILES_FILE:
-        for model, extra in model_files(PROFILES_FILE.name):
-            _merge_model_counts(data, model, extra)
+    for model, extra in model_files(PROFILES_FILE.name):  # each model brings its counts
+        _merge_model_counts(data, model, extra)
     return _errors_as_profiles_error(validate, data, _schemas()[0], path, text)
 
 
@@ -191,8 +190,9 @@ def reference_samples(path: Path | None = None) -> dict[str, int]:
 
 @lru_cache(maxsize=None)
 def load_profiles(path: Path | None = None) -> dict[str, Profile]:
-    """All profiles in ``path`` (default: the suite's profiles.toml, with the query counts of backends shipped on their
-    own), validated; a ProfilesError naming the file, line, key and what is allowed otherwise."""
+    """All profiles in ``path`` (default: the suite's profiles.toml) with every model's counts from its own
+    profiles.toml (with the suite's own file, also the query counts of backends shipped on their own), validated; a
+    ProfilesError naming the file, line, key and what is allowed otherwise."""
     path = Path(path) if path is not None else PROFILES_FILE
     data = _validated(path)
     profiles = {}
