@@ -169,8 +169,8 @@ def _merge_model_tables(data: dict, model: str, path: Path, suite: Path) -> tupl
     its own so that a mistake names its file and line) to the suite's ``data``; another model's tables, or tables the
     suite's file holds too (two sources of one figure), are an error naming the file."""
     own, text = _check(read_toml, path)
-    _check(model_tables, own, model, path, {"models": 0, "targets": 0})
     _check(validate, own, _schemas()[2], path, text)
+    _check(model_tables, own, model, path, {"models": 0, "targets": 0})
     for key, tables in own.items():
         for name in tables:
             if name in data.get(key, {}):
