@@ -355,7 +355,7 @@ CASES = [
     # -- accuracy gates and known failures -------------------------------------------------------------------------------
     data(ACC, "snr_db = { min = 10.0 }", "snr_db = { min = -1000.0 }", "snr_db.min = -1000.0", "outside (0, 300]",
          name="accuracy-snr-floor-negative"),
-    data(ACC, "cosine = { min = 0.95 }", "cosine = { min = -5 }", "cosine.min = -5", "outside (-1, 1]",
+    data(ACC, "\ncosine = { min = 0.95 }", "\ncosine = { min = -5 }", "cosine.min = -5", "outside (-1, 1]",
          name="accuracy-cosine-floor-below-minus-one"),
     data(WD_ACC, WIDEDEEP_FP8, '[ipu.widedeep.fp8-gone]\naccuracy = { of = "fp32", ratio = 0.99', "fp8-gone",
          name="accuracy-unknown-precision"),
