@@ -7,8 +7,9 @@ parameters; its forward computes through the ``Ops`` contract (:mod:`models.ops`
 output's tensor metrics are gated, its task metrics (the decisions, scored by ``task_scorer`` against the FP32
 outputs) and label metrics, the data format ``--dataset`` reads for it, the ``model_type`` of its checkpoints, how a
 shape-only copy is built for the timing model, and the files of its gates, targets, profiles' counts, FP8 settings
-and audit exemptions (``tables``; the built-in models' are in ``models/tables/<model>/``). Callables the suite provides (task scorers, data readers) are named as ``module:attribute`` strings so
-that this package imports nothing of the suite.
+and audit exemptions (``tables``; the built-in models' are in ``models/tables/<model>/``). Callables the suite
+provides (task scorers, data readers) are named as ``module:attribute`` strings so that this package imports nothing
+of the suite.
 """
 
 from __future__ import annotations
