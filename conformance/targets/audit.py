@@ -104,8 +104,7 @@ class AuditFile(Schema):
 @lru_cache(maxsize=None)
 def load_audit_config(path: Path | None = None) -> AuditConfig:
     """The audit settings in ``path`` (default: the suite's audit.toml) with the models' own TEST04 exemptions,
-    validated; an AuditConfigError naming the file,
-    line, key and what is allowed otherwise."""
+    validated; an AuditConfigError naming the file, line, key and what is allowed otherwise."""
     path = Path(path) if path is not None else AUDIT_FILE
     try:
         data = load_validated(path, AuditFile)
