@@ -52,7 +52,8 @@ def pytest_generate_tests(metafunc):
             reasons = {backend.accuracy_support(m, p) for m in MODEL_NAMES for p in backend.precisions}
             assert None not in reasons, (
                 f"no accuracy targets for hardware {settings.hardware!r}, models {list(settings.models)}, precisions "
-                f"{list(settings.precisions)} in {accuracy_targets.ACCURACY_FILE}"
+                f"{list(settings.precisions)} in {accuracy_targets.ACCURACY_FILE} or the models' or backend's own "
+                f"{accuracy_targets.ACCURACY_FILE.name}"
             )
             skip = pytest.mark.skip(reason="; ".join(sorted(reasons)))
             metafunc.parametrize("accuracy_case", [pytest.param(None, id="none", marks=skip)])

@@ -17,7 +17,7 @@ from models import encoder, text
 from models.base import (
     Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import contiguous
-from models.spec import ModelSpec
+from models.spec import BUILTIN_TABLES, ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,4 +153,5 @@ SPEC = ModelSpec(
     name="albert", module=__name__, model_class="AlbertForQuestionAnswering", primary_output="start_logits",
     task_metrics=("exact_match", "f1"), task_scorer="conformance.accuracy.metrics:squad_span_agreement",
     label_metrics=("squad_exact_match", "squad_f1"), dataset_format="conformance.datasets.squad",
-    checkpoint_type="albert", sequence_config="AlbertConfig", aliases=("albert-base",))
+    checkpoint_type="albert", sequence_config="AlbertConfig", aliases=("albert-base",),
+    tables=BUILTIN_TABLES / "albert")

@@ -16,7 +16,7 @@ from models import encoder, text
 from models.base import (
     Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import contiguous
-from models.spec import ModelSpec
+from models.spec import BUILTIN_TABLES, ModelSpec
 
 PREFIXES = {"BertForQuestionAnswering": "bert.", "BertModel": ""}  # where the encoder's tensors live in the checkpoint
 # A BertModel checkpoint's pooler (transformers' pooler_output): not an output of the suite's BertModel, whose output is
@@ -160,4 +160,5 @@ SPEC = ModelSpec(
     primary_output="start_logits", task_metrics=("exact_match", "f1"),
     task_scorer="conformance.accuracy.metrics:squad_span_agreement", label_metrics=("squad_exact_match", "squad_f1"),
     dataset_format="conformance.datasets.squad", checkpoint_type="bert", sequence_config="BertConfig",
-    aliases=("bert",))
+    aliases=("bert",),
+    tables=BUILTIN_TABLES / "bert-base")

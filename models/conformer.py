@@ -53,7 +53,7 @@ from models.base import (
     take_params,
 )
 from models.ops import Ops, contiguous
-from models.spec import ModelSpec
+from models.spec import BUILTIN_TABLES, ModelSpec
 
 _ACTIVATIONS = ("swish", "silu", "gelu")
 _BLOCK_LN_EPS = 1e-5  # nn.LayerNorm default: transformers' Conformer block norms do not take config.layer_norm_eps
@@ -422,4 +422,5 @@ __all__ = ["Conformer", "ConformerConfig", "load", "parameter_shapes", "init_par
 # No task of its own: the tensor metrics (SNR, cosine) of the encoder output judge it; its data has no labels.
 SPEC = ModelSpec(
     name="conformer", module=__name__, model_class="Conformer", param_shapes="parameter_shapes",
-    primary_output="memory", dataset_format="conformance.datasets.speech", checkpoint_type="wav2vec2-conformer")
+    primary_output="memory", dataset_format="conformance.datasets.speech", checkpoint_type="wav2vec2-conformer",
+    tables=BUILTIN_TABLES / "conformer")

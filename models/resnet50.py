@@ -34,7 +34,7 @@ from models.base import (
     take_params,
 )
 from models.ops import Ops
-from models.spec import ModelSpec
+from models.spec import BUILTIN_TABLES, ModelSpec
 
 STEM_CONV = "resnet.embedder.embedder.convolution"
 """The first (7x7, stride 2) downsampling conv on the raw pixels."""
@@ -465,4 +465,5 @@ SPEC = ModelSpec(
     task_metrics=("top1_agreement", "top5_agreement"),
     task_scorer="conformance.accuracy.metrics:classification_agreement",
     label_metrics=("top1_accuracy", "top5_accuracy"), dataset_format="conformance.datasets.images",
-    streamed_dataset=True, checkpoint_type="resnet", aliases=("resnet50-v1.5",))
+    streamed_dataset=True, checkpoint_type="resnet", aliases=("resnet50-v1.5",),
+    tables=BUILTIN_TABLES / "resnet50")

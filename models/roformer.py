@@ -29,7 +29,7 @@ from models import arrays, encoder, text
 from models.base import (
     Model, cached_params, check_parameter_memory, parameter_bytes, read_checkpoint, take_params)
 from models.ops import FP32
-from models.spec import ModelSpec
+from models.spec import BUILTIN_TABLES, ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,4 +247,5 @@ SPEC = ModelSpec(
     name="roformer", module=__name__, model_class="RoFormerForSequenceClassification", primary_output="logits",
     task_metrics=("pairwise_order_agreement",), task_scorer="conformance.accuracy.metrics:pair_order_agreement",
     label_metrics=("pair_accuracy",), dataset_format="conformance.datasets.cail", checkpoint_type="roformer",
-    sequence_config="RoFormerConfig")
+    sequence_config="RoFormerConfig",
+    tables=BUILTIN_TABLES / "roformer")

@@ -6,9 +6,10 @@ allow_unused=False, **overrides)``, ``assemble(config, params)``, ``host_bytes(c
 parameters; its forward computes through the ``Ops`` contract (:mod:`models.ops`). The spec says the rest: which
 output's tensor metrics are gated, its task metrics (the decisions, scored by ``task_scorer`` against the FP32
 outputs) and label metrics, the data format ``--dataset`` reads for it, the ``model_type`` of its checkpoints, how a
-shape-only copy is built for the timing model, and the files of its gates, targets and profiles' counts
-(``tables``). Callables the suite provides (task scorers, data readers) are named as ``module:attribute`` strings so
-that this package imports nothing of the suite.
+shape-only copy is built for the timing model, and the files of its gates, targets, profiles' counts, FP8 settings
+and audit exemptions (``tables``; the built-in models' are in ``models/tables/<model>/``). Callables the suite
+provides (task scorers, data readers) are named as ``module:attribute`` strings so that this package imports nothing
+of the suite.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SPEC_ENTRY_POINT_GROUP = "ipu_conformance.models"
-TABLE_NAMES = ("accuracy", "performance", "profiles", "fp8")
+TABLE_NAMES = ("accuracy", "performance", "profiles", "fp8", "audit")
+# The built-in models' tables, a folder per model name (``tables/bert-base/accuracy.toml``): a model's gates, targets,
+# counts and FP8 settings beside its code, as a model shipped on its own keeps them.
+BUILTIN_TABLES = Path(__file__).with_name("tables")
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,9 @@ class ModelSpec:
     ``checkpoint_type``: the ``model_type`` of its checkpoints' ``config.json``; ``sequence_config``: the config class
     attribute whose ``seq_len`` is capped by a checkpoint's ``max_position_embeddings`` (text models);
     ``tables``: a folder holding the model's own ``accuracy.toml``, ``performance.toml`` and ``profiles.toml``, and
-    ``fp8.toml`` (its FP8 settings) where it runs the FP8 precisions (None: the suite's built-in tables hold its rows); ``aliases``: other names it answers to."""
+    ``fp8.toml`` (its FP8 settings) where it runs the FP8 precisions, ``audit.toml`` where a compliance audit exempts
+    it (``[TEST04.exempt]``, with the reason) (None: its rows are in the suite's or a backend's tables);
+    ``aliases``: other names it answers to."""
 
     name: str
     module: str
@@ -66,7 +72,8 @@ class ModelSpec:
             object.__setattr__(self, "tables", Path(self.tables))
 
     def table(self, kind: str) -> Path | None:
-        """The model's own ``<kind>.toml`` (accuracy, performance, profiles, fp8), None where the suite's tables hold it."""
+        """The model's own ``<kind>.toml`` (accuracy, performance, profiles, fp8, audit), None where the suite's tables hold
+        it."""
         if kind not in TABLE_NAMES:
             raise ValueError(f"unknown table {kind!r}; expected one of: {', '.join(TABLE_NAMES)}")
         return None if self.tables is None else self.tables / f"{kind}.toml"
@@ -78,4 +85,4 @@ class ModelSpec:
         return getattr(module, self.model_class) if isinstance(self.model_class, str) else self.model_class
 
 
-__all__ = ["ModelSpec", "SPEC_ENTRY_POINT_GROUP", "TABLE_NAMES"]
+__all__ = ["BUILTIN_TABLES", "ModelSpec", "SPEC_ENTRY_POINT_GROUP", "TABLE_NAMES"]

@@ -51,7 +51,7 @@ from models.base import (
     take_params,
 )
 from models.ops import Ops
-from models.spec import ModelSpec
+from models.spec import BUILTIN_TABLES, ModelSpec
 
 # Distinct values of C1..C26 in the Criteo Kaggle display-advertising training set (as counted by DLRM's Kaggle
 # preprocessing). The full tables (33.8M rows) would need ~2 GB per 16-wide embedding set; production Wide & Deep
@@ -345,4 +345,5 @@ SPEC = ModelSpec(
     name="widedeep", module=__name__, model_class="WideDeep", primary_output="probabilities",
     task_metrics=("accuracy", "auc"), task_scorer="conformance.accuracy.metrics:click_agreement",
     label_metrics=("click_accuracy", "click_auc"), dataset_format="conformance.datasets.criteo",
-    streamed_dataset=True, checkpoint_type="widedeep", aliases=("wide&deep", "wide_and_deep"))
+    streamed_dataset=True, checkpoint_type="widedeep", aliases=("wide&deep", "wide_and_deep"),
+    tables=BUILTIN_TABLES / "widedeep")

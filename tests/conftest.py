@@ -73,3 +73,39 @@ def _children_without_hypothesis():
         os.environ.pop("PYTEST_ADDOPTS", None)
     else:
         os.environ["PYTEST_ADDOPTS"] = previous
+
+
+def _clear_table_loaders() -> None:
+    from conformance.hardware.ipu import policy
+    from conformance.targets import accuracy, audit, performance, profiles
+
+    for loader in (accuracy._load_targets, performance.load_performance_targets, profiles.load_profiles,
+                   profiles.reference_samples, policy.load_precisions, audit.load_audit_config):
+        loader.cache_clear()
+
+
+@pytest.fixture
+def edited_model_table(tmp_path, monkeypatch):
+    """``edit(model, kind, old, new)``: for the test, the model's own ``<kind>.toml`` (in its spec's ``tables`` folder)
+    is a copy with ``old`` changed to ``new``; returns the copy's path. The table loaders' caches are cleared before and
+    after."""
+    from models import model_spec
+    from models.spec import ModelSpec
+
+    replaced = {}
+    table = ModelSpec.table
+    monkeypatch.setattr(ModelSpec, "table", lambda self, kind: replaced.get((self.name, kind)) or table(self, kind))
+
+    def edit(model: str, kind: str, old: str, new: str):
+        source = table(model_spec(model), kind)
+        text = source.read_text()
+        assert old in text, f"{old!r} is not in {source}"
+        copy = tmp_path / "tables" / model / source.name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text.replace(old, new, 1))
+        replaced[(model, kind)] = copy
+        _clear_table_loaders()
+        return copy
+
+    yield edit
+    _clear_table_loaders()

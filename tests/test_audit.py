@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+import models
 from conformance.accuracy import metrics
 from conformance.hardware.devices import Samples, ServiceTimeDevice, Workload, response_bytes
 from conformance.perf import audits, test01, test04, verification
@@ -282,7 +283,7 @@ def test_matrix_applies_scenarios_and_exemptions():
     assert profiles["full"].audit.models_for(("resnet50", "bert-base")) == ("resnet50", "bert-base")
 
 
-def test_audit_config_errors_name_the_file_and_key(tmp_path):
+def test_audit_config_errors_name_the_file_and_key(tmp_path, edited_model_table):
     good = audit_targets.AUDIT_FILE.read_text()
     bad = tmp_path / "audit.toml"
     bad.write_text(good.replace('max_speedup = 1.10', 'max_speedup = 0.9'))
@@ -293,9 +294,18 @@ def test_audit_config_errors_name_the_file_and_key(tmp_path):
     with pytest.raises(audit_targets.AuditConfigError, match=r"TEST01.scenarios\[1\] = \"Streaming\": input should be "
                        r"'SingleStream', 'MultiStream', 'Server' or 'Offline'"):
         audit_targets.load_audit_config(bad)
-    bad.write_text(good.replace("conformer = ", "transformer = "))
+    # a model's exemption is in its own audit.toml, of its own name only, and only there
+    bad.write_text(good + '\n[TEST04.exempt]\ntransformer = "variable lengths"\n')
     with pytest.raises(audit_targets.AuditConfigError, match="TEST04.exempt: unknown name 'transformer'"):
         audit_targets.load_audit_config(bad)
+    bad.write_text(good + '\n[TEST04.exempt]\nconformer = "variable lengths"\n')
+    own = models.model_spec("conformer").table("audit")
+    with pytest.raises(audit_targets.AuditConfigError, match=rf"{own}:\d+: TEST04.exempt.conformer: the suite's "
+                       r"audit.toml exempts model 'conformer' too"):
+        audit_targets.load_audit_config(bad)
+    copy = edited_model_table("conformer", "audit", "conformer = ", "widedeep = ")
+    with pytest.raises(audit_targets.AuditConfigError, match=rf"{copy}:\d+: TEST04.exempt: unknown name 'widedeep'"):
+        audit_targets.load_audit_config()
 
 
 SMALL = {"resnet50": {"image_size": 32, "embedding_size": 8, "hidden_sizes": (16, 32), "depths": (1, 1), "num_labels": 10},

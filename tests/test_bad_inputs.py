@@ -25,7 +25,8 @@ from conformance.hardware.ipu import policy
 from conformance.report import record as results_record
 from conformance.hardware.ipu.timing import chips, cost, fit
 from conformance.targets import accuracy, audit, label_floors, performance, profiles, regression
-from models import CheckpointError, load_model
+from models import CheckpointError, load_model, model_spec
+from models.spec import ModelSpec
 from tests.test_models_config import FIRST, _widedeep_checkpoint
 from tests.test_report_shard_merge import split_sample
 from tests.test_report_verify import (
@@ -95,6 +96,9 @@ def _table(file: str, header: str) -> str:
 
 
 def _resolve(file: str) -> Path:
+    if file.startswith("model:"):  # a model's own table: model:<name>:<kind>
+        _, name, kind = file.split(":")
+        return model_spec(name).table(kind)
     module, constant = file.split(":")
     return getattr(importlib.import_module(module), constant)
 
@@ -111,6 +115,11 @@ EXEC = "conformance.hardware.ipu.timing.cost:EXECUTION_FILE"
 PUBL = "conformance.hardware.ipu.timing.fit:PUBLISHED_FILE"
 ACC = "conformance.targets.accuracy:ACCURACY_FILE"
 FLOORS = "conformance.targets.label_floors:FLOORS_FILE"
+WD_ACC = "model:widedeep:accuracy"  # wide&deep's own tables
+WD_PERF = "model:widedeep:performance"
+WD_PROF = "model:widedeep:profiles"
+WD_FP8 = "model:widedeep:fp8"
+ALBERT_PROF = "model:albert:profiles"
 WIDEDEEP_FP8 = '[ipu.widedeep.fp8]\naccuracy = { of = "fp32", ratio = 0.99'
 XFAIL_HEADER = "[temporarily-failing]\n"
 PREDICT = ("predict", "resnet50", "--precision", "fp16", "--batch-size", "2")
@@ -219,23 +228,27 @@ CASES = [
     Bad("report-dir-held", args=("--report-dir", "{tmp}/held"), setup=lambda tmp: _hold_lock(tmp / "held"),
         says=("held", f"pid {os.getpid()}"), collect_only=False),
     # -- performance targets -----------------------------------------------------------------------------------------
-    data(PERF, "[targets.widedeep.ipu.fp16]\nSingleStream = 1.6", "[targets.widedeep.ipu.fp16]\nSingleStream = true",
+    data(WD_PERF, "[targets.widedeep.ipu.fp16]\nSingleStream = 1.6", "[targets.widedeep.ipu.fp16]\nSingleStream = true",
          "targets.widedeep.ipu.fp16.SingleStream = true", "valid number", name="perf-bool-as-number"),
-    data(PERF, "rows_per_sample = 1024", "rows_per_sample = 1024\nrow_per_sample = 1", "unknown key 'row_per_sample'",
+    data(WD_PERF, "rows_per_sample = 1024", "rows_per_sample = 1024\nrow_per_sample = 1", "unknown key 'row_per_sample'",
          "allowed keys: server_latency_ms", name="perf-unknown-key"),
-    data(PERF, "Offline = 24560", "Offline = -5", "Offline = -5", "greater than 0", name="perf-negative-target"),
-    data(PERF, "server_latency_ms = 60", "server_latency_ms = 0", "models.widedeep.server_latency_ms = 0",
+    data(WD_PERF, "Offline = 24560", "Offline = -5", "Offline = -5", "greater than 0", name="perf-negative-target"),
+    data(WD_PERF, "server_latency_ms = 60", "server_latency_ms = 0", "models.widedeep.server_latency_ms = 0",
          "greater than 0", name="perf-latency-bound-zero"),
-    data(PERF, "[targets.widedeep.ipu.fp8]", "[targets.widedeep.ipu.fp9]", "targets.widedeep.ipu.fp9",
+    data(WD_PERF, "[targets.widedeep.ipu.fp8]", "[targets.widedeep.ipu.fp9]", "targets.widedeep.ipu.fp9",
          "unknown precision 'fp9'", "fp16, fp16-half-partials, fp8, fp8-weights", name="perf-unknown-precision"),
-    data(PERF, "[targets.widedeep.ipu.fp16]\nSingleStream", "[targets.widedeep.ipu.fp16]\nStreaming = 2.0\nSingleStream",
+    data(WD_PERF, "[targets.widedeep.ipu.fp16]\nSingleStream", "[targets.widedeep.ipu.fp16]\nStreaming = 2.0\nSingleStream",
          "unknown name 'Streaming'", "'SingleStream', 'MultiStream', 'Server' or 'Offline'", name="perf-unknown-scenario"),
-    data(PERF, "max_batch = { ipu = 20, cpu = 1, null = 20 }", "max_batch = { ipu = 20, cpu = 1, nul = 20 }",
+    data(WD_PERF, "max_batch = { ipu = 20, cpu = 1, null = 20 }", "max_batch = { ipu = 20, cpu = 1, nul = 20 }",
          "unknown name 'nul'", HARDWARE_CHOICES, name="perf-unknown-hardware"),
-    data(PERF, "[models.widedeep]", "[models.widedeep", "not valid TOML", name="perf-toml-syntax"),
-    data(PERF, "[models.widedeep]", "[models.wide-deep]", "unknown name 'wide-deep'", name="perf-unknown-model"),
+    data(WD_PERF, "[models.widedeep]", "[models.widedeep", "not valid TOML", name="perf-toml-syntax"),
+    data(WD_PERF, "[models.widedeep]", "[models.wide-deep]", "unknown name 'wide-deep'", name="perf-unknown-model"),
+    data(WD_PERF, "[models.widedeep]", "[models.albert]", "names 'albert'", "may only hold its own name",
+         names_line=False, name="perf-another-models-table"),
+    data(PERF, "are not targeted.\n", 'are not targeted.\n[targets.widedeep.null.fp32]\nOffline = 30000\n',
+         "[targets.widedeep]", "in its own file only", names_line=False, name="perf-targets-in-two-files"),
     # -- profiles ----------------------------------------------------------------------------------------------------
-    data(PROF, "widedeep = 1024 }\nbatch_size", "widedeep = -5 }\nbatch_size", "smoke.samples.widedeep = -5",
+    data(WD_PROF, "widedeep = 1024 }\nbatch_size", "widedeep = -5 }\nbatch_size", "smoke.samples.widedeep = -5",
          "greater than or equal to 1", name="profile-negative-samples"),
     data(PROF, "strict_xfails = true", "strict_xfails = 1", "default.strict_xfails = 1", "valid boolean",
          name="profile-number-as-bool"),
@@ -243,20 +256,23 @@ CASES = [
          name="profile-unknown-key"),
     data(PROF, 'models = ["resnet50", "widedeep"', 'models = ["resnet5", "widedeep"', 'smoke.audit.models[0] = "resnet5"',
          "'resnet50'", name="profile-unknown-model"),
-    data(PROF, "samples = { albert = 16, ", "samples = { ", "reference.samples", "lacks model(s) albert",
-         name="profile-missing-model"),
+    data(ALBERT_PROF, "[reference]\nsamples = { albert = 16 }\n", "", "lacks the required key 'reference'",
+         names_line=False, name="profile-missing-model"),
+    data(PROF, "minilm_sentences = 48\n", "minilm_sentences = 48\nsamples = { widedeep = 1 }\n",
+         "gives model 'widedeep' this count too", names_line=False, name="profile-count-in-two-files"),
     data(PROF, "Server = 600, Offline = 1 }, cpu", "Server = 600 }, cpu", "smoke.performance.min_query_count.ipu",
          "lacks the required key 'Offline'", name="profile-missing-scenario"),
     data(PROF, "min_duration_ms = 300", "min_duration_ms = 0", "smoke.performance.min_duration_ms = 0",
          name="profile-zero-duration"),
-    data(PROF, "[full]\n", "[fulll]\n", "unknown key 'fulll'", "full: lacks the required key 'samples'",
+    data(PROF, "[full]\n", "[fulll]\n", "unknown key 'fulll'", "full: lacks the required key 'minilm_sentences'",
          name="profile-misspelt-table"),
     # -- audit settings ----------------------------------------------------------------------------------------------
     data(AUDIT, "accuracy_delta = 0.01", "accuracy_delta = 1.5", "TEST01.accuracy_delta = 1.5", "less than or equal to 1",
          name="audit-ratio-above-one"),
     data(AUDIT, "max_speedup = 1.10", "max_speedup = 0.9", "TEST04.max_speedup = 0.9", "greater than 1",
          name="audit-speedup-below-one"),
-    data(AUDIT, "remeasure = 1\n\n# Models TEST04", "remeasure = true\n\n# Models TEST04", "TEST04.remeasure = true", "valid integer",
+    data(AUDIT, "fails every pair.\nremeasure = 1", "fails every pair.\nremeasure = true", "TEST04.remeasure = true",
+         "valid integer",
          name="audit-bool-as-count"),
     data(AUDIT, 'scenarios = ["Offline", "SingleStream"]', 'scenarios = ["Offline", "Streaming"]',
          'TEST01.scenarios[1] = "Streaming"', name="audit-unknown-scenario"),
@@ -268,12 +284,14 @@ CASES = [
     # -- precisions --------------------------------------------------------------------------------------------------
     data(PREC, 'partials = "float"', 'partials = "double"', 'precisions.fp16.partials = "double"', "'float' or 'half'",
          name="precision-unknown-partials"),
-    data(PREC, "calibration_samples = 1024", "calibration_samples = 0", "fp8.widedeep.calibration_samples = 0",
+    data(WD_FP8, "calibration_samples = 1024", "calibration_samples = 0", "fp8.widedeep.calibration_samples = 0",
          name="precision-zero-samples"),
-    data(PREC, 'scales = "amax"\ncalibration_samples = 1024', 'scales = "fixed"\ninput_scale = -3\ncalibration_samples = 1024',
+    data(WD_FP8, 'scales = "amax"\ncalibration_samples = 1024', 'scales = "fixed"\ninput_scale = -3\ncalibration_samples = 1024',
          "fp8.widedeep", "needs weight_scale", name="precision-fixed-without-scale",
          names_line=False),  # a rule across keys: the table's line
-    data(PREC, "[fp8.widedeep]", "[fp8.wide_deep]", "unknown name 'wide_deep'", name="precision-unknown-model"),
+    data(WD_FP8, "[fp8.widedeep]", "[fp8.wide_deep]", "unknown name 'wide_deep'", name="precision-unknown-model"),
+    data(PREC, "[fp8.onnx]", "[fp8.widedeep]\nskip = []\n\n[fp8.onnx]", "has [fp8.widedeep] too", names_line=False,
+         name="precision-model-settings-in-two-files"),
     # -- chips, timing constants, execution options, calibration -----------------------------------------------------
     data(CHIPS, "[c600]\n", "[c600]\ntile = 4\n", "c600", "unknown key 'tile'", name="chip-unknown-key"),
     data(CHIPS, "tiles = 1472\nclock_ghz = 1.486", "tiles = 0\nclock_ghz = 1.486", "c600.tiles = 0", "greater than 0",
@@ -338,15 +356,17 @@ CASES = [
     # -- accuracy gates and known failures -------------------------------------------------------------------------------
     data(ACC, "snr_db = { min = 10.0 }", "snr_db = { min = -1000.0 }", "snr_db.min = -1000.0", "outside (0, 300]",
          name="accuracy-snr-floor-negative"),
-    data(ACC, "cosine = { min = 0.95 }", "cosine = { min = -5 }", "cosine.min = -5", "outside (-1, 1]",
+    data(ACC, "\ncosine = { min = 0.95 }", "\ncosine = { min = -5 }", "cosine.min = -5", "outside (-1, 1]",
          name="accuracy-cosine-floor-below-minus-one"),
-    data(ACC, WIDEDEEP_FP8, '[ipu.widedeep.fp8-gone]\naccuracy = { of = "fp32", ratio = 0.99', "fp8-gone",
+    data(WD_ACC, WIDEDEEP_FP8, '[ipu.widedeep.fp8-gone]\naccuracy = { of = "fp32", ratio = 0.99', "fp8-gone",
          name="accuracy-unknown-precision"),
-    data(ACC, _table(ACC, "[ipu.widedeep.fp8]"), "", "no accuracy gates for [ipu.widedeep.fp8]", names_line=False,
+    data(WD_ACC, _table(WD_ACC, "[ipu.widedeep.fp8]"), "", "no accuracy gates for [ipu.widedeep.fp8]", names_line=False,
          name="accuracy-table-deleted"),
     data(ACC, '[ipu.onnx.fp16]\ntop1_accuracy = { of = "fp32", ratio = 0.99, tier = 0.999 }',
          '[ipu.onnx.fp16]\ntop1_accuracy = { min = 5.0 }', "top1_accuracy.min = 5.0", "must lie in (0, 1]",
          name="accuracy-graph-label-bound-above-one"),
+    data(ACC, "[ipu.minilm.fp16]\n", "[ipu.widedeep.fp16]\nsnr_db = { min = 30.0 }\n\n[ipu.minilm.fp16]\n",
+         "[ipu.widedeep.fp16] is in", "a table's gates are in one file", names_line=False, name="accuracy-table-in-two-files"),
     data(ACC, '[ipu.onnx.fp16]\n', '[ipu.onnx.fp16]\nexact_match = { min = 0.5 }\n', "unknown metric 'exact_match'",
          name="accuracy-graph-task-agreement-metric"),
     data(ACC, 'top1_agreement = { of = "fp32", ratio = 0.99, tier', 'top1_agreement = { of = "fp32", ratio = true, tier',
@@ -584,15 +604,15 @@ CASES += [
          name="profile-duration-int64-max"),
     data(PROF, "min_duration_ms = 300", "min_duration_ms = 300.5", "smoke.performance.min_duration_ms = 300.5",
          "valid integer", name="profile-duration-float"),
-    data(PROF, "widedeep = 1024 }\nbatch_size", "widedeep = 1000000000000 }\nbatch_size",
+    data(WD_PROF, "widedeep = 1024 }\nbatch_size", "widedeep = 1000000000000 }\nbatch_size",
          "smoke.samples.widedeep = 1000000000000", "less than or equal to 1000000", name="profile-samples-trillion"),
-    data(PERF, "Offline = 24560", "Offline = 1e15", "Offline = 1000000000000000.0", "less than or equal to 1000000000",
+    data(WD_PERF, "Offline = 24560", "Offline = 1e15", "Offline = 1000000000000000.0", "less than or equal to 1000000000",
          name="perf-target-1e15"),
-    data(PERF, "[targets.widedeep.ipu.fp16]\nSingleStream = 1.6", "[targets.widedeep.ipu.fp16]\nSingleStream = nan",
+    data(WD_PERF, "[targets.widedeep.ipu.fp16]\nSingleStream = 1.6", "[targets.widedeep.ipu.fp16]\nSingleStream = nan",
          "SingleStream = nan", "not a finite number", name="perf-target-nan"),
-    data(PERF, "Offline = 24560", "Offline = 24560\nOffline = 1", "not valid TOML", name="perf-key-twice"),
-    data(AUDIT, "remeasure = 1\n\n# Models TEST04", "remeasure = 1000000000\n\n# Models TEST04", "TEST04.remeasure = 1000000000",
-         "less than or equal to 3", name="audit-remeasure-billion"),
+    data(WD_PERF, "Offline = 24560", "Offline = 24560\nOffline = 1", "not valid TOML", name="perf-key-twice"),
+    data(AUDIT, "fails every pair.\nremeasure = 1", "fails every pair.\nremeasure = 1000000000",
+         "TEST04.remeasure = 1000000000", "less than or equal to 3", name="audit-remeasure-billion"),
     data(AUDIT, "remeasure = 1\n# The responses", "remeasure = -1\n# The responses", "TEST01.remeasure = -1",
          "greater than or equal to 0", name="audit-test01-remeasure-negative"),
     data(AUDIT, "accuracy_delta = 0.01", "accuracy_delta = 0", "TEST01.accuracy_delta = 0", "greater than 0",
@@ -675,14 +695,20 @@ def test_bad_input_is_refused_naming_it(case, tmp_path, pytester, capsys, monkey
     for name, value in case.env.items():
         monkeypatch.setenv(name, value)
     if case.file is not None:
-        module, constant = case.file.split(":")
         original = _resolve(case.file)
         text = original.read_text()
         assert case.old in text, f"{case.id}: {case.old!r} is not in {original}"
         copy = tmp_path / "data" / original.name
         copy.parent.mkdir()
         copy.write_text(text.replace(case.old, case.new, 1))
-        monkeypatch.setattr(importlib.import_module(module), constant, copy)
+        if case.file.startswith("model:"):
+            _, name, kind = case.file.split(":")
+            table = ModelSpec.table
+            monkeypatch.setattr(ModelSpec, "table",
+                                lambda self, k: copy if (self.name, k) == (name, kind) else table(self, k))
+        else:
+            module, constant = case.file.split(":")
+            monkeypatch.setattr(importlib.import_module(module), constant, copy)
     if case.setup is not None:
         case.setup(tmp_path)
     before = {name: _contents(tmp_path / name) for name in case.untouched}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.targets.performance import PERFORMANCE_FILE, PerformanceTargetsError, load_performance_targets
+from conformance.targets.performance import PerformanceTargetsError, load_performance_targets
 from conformance.targets.profiles import PROFILES_FILE, ProfilesError, load_profiles
 
 
@@ -38,7 +38,9 @@ def test_profiles_bounds(tmp_path, old, new, says):
     ("server_batch_timeout_ms = 2.0", "server_batch_timeout_ms = -1.0", ("server_batch_timeout_ms", "greater than or equal to 0")),
     ('mlperf_model = "dlrm-v2"', 'mlperf_model = "dlrm-v3"', ("mlperf_model", "'dlrm-v2'")),
 ])
-def test_performance_bounds(tmp_path, old, new, says):
+def test_performance_bounds(edited_model_table, old, new, says):
+    """In a model's own performance.toml (wide&deep's): the message names that file."""
+    copy = edited_model_table("widedeep", "performance", old, new)
     with pytest.raises(PerformanceTargetsError) as exc:
-        load_performance_targets(edited(tmp_path, PERFORMANCE_FILE, old, new))
-    assert all(s in str(exc.value) for s in says), str(exc.value)
+        load_performance_targets()
+    assert all(s in str(exc.value) for s in (str(copy), *says)), str(exc.value)

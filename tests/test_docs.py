@@ -1,7 +1,7 @@
 """The documentation stays true to the code: every relative link of README.md and docs/*.md resolves (the file, and the
 heading an ``#anchor`` names, by GitHub's slug rule), every option of the main job (the suite's group in ``pytest
 conformance/ --help``) and of every ``ipu-conformance`` subcommand is documented on the options page, every long
-option the pages name exists; the reports page names every key of results.json, the performance page every key
+option the pages name exists, and every file of the project a page names; the reports page names every key of results.json, the performance page every key
 of ``predict --json``."""
 
 from __future__ import annotations
@@ -228,6 +228,33 @@ def test_every_page_has_a_title_and_the_index_lists_every_page():
 def test_relative_links_resolve(page):
     problems = broken_links(page)
     assert not problems, "\n".join(problems)
+
+
+# a path of the project in a code span (``conformance/targets/accuracy.toml``, ``models/tables/<model>/fp8.toml``: a
+# ``<placeholder>`` stands for any name)
+PROJECT_PATH = re.compile(r"(?<![\w/.-])((?:boundedio|conformance|models|reference|scripts|tests)/[\w./<>*-]*"
+                          r"\.(?:json|md|py|toml|txt))")
+
+
+def named_paths(page: Path) -> list[str]:
+    return [path for line in page.read_text(encoding="utf-8").splitlines() for span in CODE_SPAN.finditer(line)
+            for path in PROJECT_PATH.findall(span.group(2))]
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_file_a_page_names_exists(page):
+    """Where the gates, targets, profiles and settings live (and every other file named in a code span) is true."""
+    missing = [path for path in named_paths(page) if not list(REPO.glob(re.sub(r"<[^>]+>", "*", path)))]
+    assert not missing, f"{page.relative_to(REPO)} names files that do not exist: {missing}"
+
+
+def test_the_named_file_check_sees_placeholders_and_line_numbers(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("`models/tables/<model>/fp8.toml`, `models/tables/widedeep/performance.toml:14: a = 1` and "
+                    "`conformance/targets/nothing.toml`\n")
+    assert named_paths(page) == ["models/tables/<model>/fp8.toml", "models/tables/widedeep/performance.toml",
+                                 "conformance/targets/nothing.toml"]
+    assert not list(REPO.glob("conformance/targets/nothing.toml")) and list(REPO.glob("models/tables/*/fp8.toml"))
 
 
 def test_main_job_options_are_on_the_options_page():

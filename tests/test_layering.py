@@ -7,6 +7,7 @@ its own: the FP32 models and their ops seam, which the suite computes through an
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,41 @@ def test_the_hardware_layer_imports_no_graph():
              if source in ("conformance.hardware", "conformance.distributed", "conformance.numerics")
              and target in ("conformance.graphs", "conformance.engines")]
     assert not found, "\n".join(found)
+
+
+
+def _built_in_models() -> set[str]:
+    """The models the project itself registers (pyproject.toml's entry points), not those of installed plugins."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return set(project["entry-points"]["ipu_conformance.models"])
+
+
+def _keys_naming(table: dict, names: set[str], where: tuple = ()) -> list[tuple]:
+    """The keys of ``table``, at any depth, that are one of ``names`` (as dotted paths)."""
+    found = []
+    for key, value in table.items():
+        if key in names:
+            found.append(where + (key,))
+        if isinstance(value, dict):
+            found += _keys_naming(value, names, where + (key,))
+    return found
+
+
+def test_a_models_tables_are_beside_the_model_not_in_the_suites_shared_files():
+    """Each built-in model's gates, targets, counts, FP8 settings and audit exemptions are in its own tables folder
+    (``ModelSpec.tables``), as a plugin model's are: the suite's shared tables name no model in a table key."""
+    names = _built_in_models()
+    assert len(names) == 6, names
+    shared = sorted((REPO / "conformance" / "targets").glob("*.toml")) + [REPO / "conformance/hardware/ipu/precisions.toml"]
+    assert len(shared) >= 7, shared
+    found = [f"{path.relative_to(REPO)}: {'.'.join(key)}" for path in shared
+             for key in _keys_naming(tomllib.loads(path.read_text()), names)]
+    assert not found, "tables keyed by a built-in model in the suite's shared files:\n" + "\n".join(found)
+
+
+def test_the_shared_tables_check_finds_a_models_table():
+    """The check above reads keys at every depth: a model's gate table, its count in an inline table, its exemption."""
+    sample = tomllib.loads('[ipu.resnet50.fp16]\nsnr_db = { min = 30.0 }\n[smoke]\nsamples = { "bert-base" = 2 }\n'
+                           '[TEST04.exempt]\nwidedeep = "reason"\n[ipu.onnx.fp16]\nsnr_db = { min = 30.0 }\n')
+    assert _keys_naming(sample, _built_in_models()) == [
+        ("ipu", "resnet50"), ("smoke", "samples", "bert-base"), ("TEST04", "exempt", "widedeep")]

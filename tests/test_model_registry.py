@@ -89,7 +89,7 @@ def test_task_metrics_are_scored_by_the_scorer_the_spec_names():
 
 
 def _without(text: str, table: str, scenario: str | None = None) -> str:
-    """performance.toml's text with a table removed, or one scenario line of it."""
+    """A performance.toml's text with a table removed, or one scenario line of it."""
     head = f"[{table}]\n"
     start = text.index(head)
     end = text.index("\n\n", start)
@@ -99,20 +99,19 @@ def _without(text: str, table: str, scenario: str | None = None) -> str:
     return text[:start] + block.rstrip("\n") + text[end:]
 
 
-def test_every_selected_model_has_the_targets_its_hardware_times(tmp_path):
+def test_every_selected_model_has_the_targets_its_hardware_times(edited_model_table):
     ipu = get_backend("ipu")
     performance.check_complete(ipu, models.MODEL_NAMES)  # the suite's own tables are complete
-    text = performance.PERFORMANCE_FILE.read_text()
-    missing_table = tmp_path / "no_table.toml"
-    missing_table.write_text(_without(text, "targets.widedeep.ipu.fp8"))
+    text = models.model_spec("widedeep").table("performance").read_text()
+    edited_model_table("widedeep", "performance", text, _without(text, "targets.widedeep.ipu.fp8"))
     with pytest.raises(performance.PerformanceTargetsError,
                        match=r"no performance targets for \[targets\.widedeep\.ipu\.fp8\]: the 'ipu' hardware"):
-        performance.check_complete(ipu, models.MODEL_NAMES, path=missing_table)
+        performance.check_complete(ipu, models.MODEL_NAMES)
     # not selected, or the precision not run: nothing is missing
-    performance.check_complete(ipu, ("resnet50",), path=missing_table)
-    performance.check_complete(ipu, ("widedeep",), precisions=("fp16",), path=missing_table)
-    missing_scenario = tmp_path / "no_scenario.toml"
-    missing_scenario.write_text(_without(text, "targets.conformer.ipu.fp16", "MultiStream"))
+    performance.check_complete(ipu, ("resnet50",))
+    performance.check_complete(ipu, ("widedeep",), precisions=("fp16",))
+    text = models.model_spec("conformer").table("performance").read_text()
+    edited_model_table("conformer", "performance", text, _without(text, "targets.conformer.ipu.fp16", "MultiStream"))
     with pytest.raises(performance.PerformanceTargetsError,
                        match=r"\[targets\.conformer\.ipu\.fp16\] MultiStream"):
-        performance.check_complete(ipu, ("conformer",), path=missing_scenario)
+        performance.check_complete(ipu, ("conformer",))

@@ -24,7 +24,8 @@ from conformance.datafiles import FLOAT_MAGNITUDE, DataFileError
 from conformance.hardware.ipu import policy
 from conformance.hardware.ipu.timing import chips
 from conformance.targets import accuracy, audit, label_floors, performance, profiles, regression
-from models import CheckpointError, load_model
+from models import CheckpointError, load_model, model_spec
+from models.spec import ModelSpec
 from models.widedeep import save_checkpoint
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None, derandomize=True,
@@ -112,30 +113,69 @@ def test_the_shipped_files_load(name):
 
 @pytest.mark.parametrize("name", list(TOML_FILES))
 def test_an_edited_toml_file_is_accepted_or_refused_naming_it(name, tmp_path):
-    original = TOML_FILES[name][0]
-    text = original.read_text(encoding="utf-8")
+    path = tmp_path / name
+    _check_edits(TOML_FILES[name][0].read_text(encoding="utf-8"), path, lambda: _load(name, path), name)
+
+
+# a model's own tables (in its spec's tables folder), each read with the suite's: model, table, the loader reading it
+MODEL_TABLES = {
+    "resnet50/accuracy.toml": ("resnet50", "accuracy", accuracy.load_targets),
+    "widedeep/performance.toml": ("widedeep", "performance", performance.load_performance_targets),
+    "bert-base/profiles.toml": ("bert-base", "profiles", profiles.load_profiles),
+    "resnet50/fp8.toml": ("resnet50", "fp8", policy.load_precisions),
+    "conformer/audit.toml": ("conformer", "audit", audit.load_audit_config),
+}
+
+
+@pytest.mark.parametrize("name", list(MODEL_TABLES))
+def test_an_edited_model_table_is_accepted_or_refused_naming_it(name, tmp_path, monkeypatch):
+    model, kind, loader = MODEL_TABLES[name]
+    original = model_spec(model).table(kind)
+    path = tmp_path / original.name
+    table = ModelSpec.table
+    monkeypatch.setattr(ModelSpec, "table", lambda self, k: path if (self.name, k) == (model, kind) else table(self, k))
+
+    def load():
+        _clear_caches()
+        try:
+            return loader()
+        finally:
+            _clear_caches()
+
+    _check_edits(original.read_text(encoding="utf-8"), path, load, str(path))
+
+
+def _clear_caches() -> None:
+    for _, _, cached in TOML_FILES.values():
+        if cached is not None:
+            cached.cache_clear()
+    profiles.reference_samples.cache_clear()
+
+
+def _check_edits(text: str, path: Path, load, says: str) -> None:
+    """Edits of ``text`` written to ``path``: each is accepted with usable numbers, or refused naming ``says``; both
+    happen."""
     seen = {"refused": 0, "accepted": 0}
 
     @PROPERTY
     @given(data=_edited(text))
     def check(data: bytes) -> None:
-        path = tmp_path / name
         path.write_bytes(data)
         try:
-            _load(name, path)
+            load()
         except DataFileError as exc:  # every loader's own error is one of these
             event("refused")
             seen["refused"] += 1
-            assert name in str(exc), f"the refusal does not name {name}: {exc}"
+            assert says in str(exc), f"the refusal does not name {says}: {exc}"
             assert "Traceback" not in str(exc)
             return
         event("accepted")
         seen["accepted"] += 1
         document = tomllib.loads(data.decode("utf-8"))  # accepted: valid UTF-8 TOML
-        assert _toml_numbers_usable(document), f"{name}: accepted numbers the suite cannot use:\n{data.decode()[:2000]}"
+        assert _toml_numbers_usable(document), f"{says}: accepted numbers the suite cannot use:\n{data.decode()[:2000]}"
 
     check()
-    assert seen["refused"] and seen["accepted"], f"{name}: the edits were not put to both sides: {seen}"
+    assert seen["refused"] and seen["accepted"], f"{says}: the edits were not put to both sides: {seen}"
 
 
 # -- a checkpoint's config.json ---------------------------------------------------------------------------------------

@@ -48,9 +48,10 @@ from conformance.fileio import json_array
 from conformance.hardware.ipu import policy
 from conformance.hardware.ipu.timing import chips, cost
 from conformance.targets import accuracy, audit, label_floors, performance, profiles
-from models import MODEL_NAMES, CheckpointError, load_model
+from models import MODEL_NAMES, CheckpointError, load_model, model_spec
 from models.conformer import ConformerConfig
 from models.resnet50 import ResNetConfig
+from models.spec import ModelSpec
 from models.widedeep import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,6 +192,21 @@ def _edited_data_file(module: str, constant: str, old: str, new: str | bytes):
         copy.parent.mkdir()
         copy.write_bytes(data.replace(old.encode(), new if isinstance(new, bytes) else new.encode(), 1))
         monkeypatch.setattr(importlib.import_module(module), constant, copy)
+        return ()
+    return setup
+
+
+def _edited_model_table(model: str, kind: str, old: str, new: str):
+    """A setup that makes the suite read an edited copy of one of a model's own tables (its spec's ``<kind>.toml``)."""
+    def setup(tmp: Path, monkeypatch) -> tuple[str, ...]:
+        table = ModelSpec.table
+        original = table(model_spec(model), kind)
+        text = original.read_text()
+        assert old in text, f"{old!r} is not in {original}"
+        copy = tmp / "tables" / model / original.name
+        copy.parent.mkdir(parents=True)
+        copy.write_text(text.replace(old, new, 1))
+        monkeypatch.setattr(ModelSpec, "table", lambda self, k: copy if (self.name, k) == (model, kind) else table(self, k))
         return ()
     return setup
 
@@ -357,9 +373,9 @@ ROWS = [
     Row("accuracy-toml-not-utf8", setup=_edited_data_file("conformance.targets.accuracy", "ACCURACY_FILE",
                                                          "# Accuracy gates", b"# Accuracy \xff gates"),
         says=("accuracy.toml:1", "not UTF-8")),
-    Row("performance-target-inf", setup=_edited_data_file("conformance.targets.performance", "PERFORMANCE_FILE",
-                                                         "SingleStream = 1.4", "SingleStream = inf"),
-        says=("performance.toml:82", "SingleStream = inf", "not a finite number")),
+    Row("performance-target-inf", setup=_edited_model_table("resnet50", "performance", "SingleStream = 1.4",
+                                                           "SingleStream = inf"),
+        says=("{tmp}/tables/resnet50/performance.toml:14", "SingleStream = inf", "not a finite number")),
     Row("chip-constant-inf", entry="cli", code=4,
         args=("predict", "resnet50", "--precision", "fp16", "--batch-size", "2"),
         setup=_edited_data_file("conformance.hardware.ipu.timing.chips", "DEVICES_FILE", "clock_ghz = 1.486",

@@ -325,9 +325,9 @@ def check_files(names, directory: Path | None = None) -> None:
 
 
 def ships(name: str) -> bool:
-    """Whether the suite stores ``name``'s FP32 outputs: the models whose rows its own tables hold. A model shipped on
-    its own (its spec keeps its tables beside it) has its FP32 outputs computed in the run."""
-    return model_spec(name).tables is None
+    """Whether the suite stores ``name``'s FP32 outputs: the built-in models, whose code is the project's own
+    ``models`` package. A model shipped on its own has its FP32 outputs computed in the run."""
+    return model_spec(name).module.partition(".")[0] == "models"
 
 
 def outputs_for(model, count: int, batch_size: int, directory: Path | None = None,

@@ -50,7 +50,7 @@ def check_targets_runnable(settings: RunSettings) -> None:
         reason = settings.backend.scenario_support(target.model, target.precision, target.scenario)
         if reason:
             raise NotRunnable(f"performance target {target.test_id} of hardware {settings.hardware!r} cannot "
-                                    f"run: {reason} (targets: {PERFORMANCE_FILE.name} of the suite or of the backend)")
+                                    f"run: {reason} (targets: {PERFORMANCE_FILE.name} of the model or of the backend)")
 
 
 def check_runnable(settings: RunSettings) -> None:

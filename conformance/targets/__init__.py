@@ -28,15 +28,16 @@ def backend_files(filename: str) -> list[tuple[str, Path]]:
     return found
 
 
-def model_files(filename: str) -> list[tuple[str, Path]]:
+def model_files(filename: str, optional: bool = False) -> list[tuple[str, Path]]:
     """(model, file) for each registered model whose spec keeps its own ``filename`` (``accuracy.toml``,
-    ``performance.toml``, ``profiles.toml``) in its ``tables`` folder: a model distributed on its own brings the tables
-    of its name. A folder the spec names that lacks the file is an error naming both."""
+    ``performance.toml``, ``profiles.toml``, ``audit.toml``) in its ``tables`` folder: each model brings the tables of
+    its name. A folder the spec names that lacks the file is an error naming both, unless the file is ``optional``
+    (a model that no audit exempts has no audit.toml)."""
     found = []
     kind = filename.removesuffix(".toml")
     for name, spec in model_specs().items():
         path = spec.table(kind)
-        if path is None:
+        if path is None or optional and not path.exists():
             continue
         if not path.is_file():
             raise DataFileError(f"{path}: model {name!r} keeps its tables in {str(spec.tables)!r}, which has no "

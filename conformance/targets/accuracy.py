@@ -1,4 +1,6 @@
-"""Accuracy gates as data: ``accuracy.toml`` says, per hardware, model and precision, which metrics gate and how.
+"""Accuracy gates as data: ``accuracy.toml`` files say, per hardware, model and precision, which metrics gate and how:
+each model's own (in its spec's ``tables`` folder; the built-in models' are ``models/tables/<model>/``), each
+backend's own (its ``targets_dir``), and the suite's (the formats' explanation, the MiniLM and imported-graph cases).
 
 Each table ``[<hardware>.<model>.<precision>]`` holds one gate per metric, MLPerf style:
 
@@ -290,34 +292,40 @@ def _read_targets(path: Path) -> list[Gate]:
 
 
 def load_targets(path: Path | None = None) -> tuple[Gate, ...]:
-    """The gates in ``path`` (default: :data:`ACCURACY_FILE`, looked up at call time); with the suite's own file, also
-    those that backends ship for their names."""
+    """The gates in ``path`` (default: :data:`ACCURACY_FILE`, looked up at call time: the suite's shared file) and in
+    every model's own accuracy.toml; with the suite's own file, also those that backends ship for their names."""
     return _load_targets(Path(path) if path is not None else ACCURACY_FILE, ACCURACY_FILE)
 
 
 @lru_cache(maxsize=None)
 def _load_targets(path: Path, suite_file: Path) -> tuple[Gate, ...]:
     gates = _read_targets(path)
+    tables = {(g.hardware, g.model, g.precision): path for g in gates}
     if path == suite_file:
-        gates += _owned_gates(backend_files(suite_file.name), "hardware",
+        gates += _owned_gates(backend_files(suite_file.name), "hardware", tables,
                               lambda owner, other: f"the {owner!r} backend's targets may only hold [{owner}.*] tables, "
                                                    f"not {other}")
-        gates += _owned_gates(model_files(suite_file.name), "model",
-                              lambda owner, other: f"model {owner!r}'s gates may only hold [<hardware>.{owner}.*] "
-                                                   f"tables, not those of {other}")
+    gates += _owned_gates(model_files(suite_file.name), "model", tables,
+                          lambda owner, other: f"model {owner!r}'s gates may only hold [<hardware>.{owner}.*] "
+                                               f"tables, not those of {other}")
     return tuple(gates)
 
 
-def _owned_gates(files, field: str, refusal) -> list[Gate]:
+def _owned_gates(files, field: str, tables: dict, refusal) -> list[Gate]:
     """The gates of ``(owner, file)`` pairs shipped beside the suite (a backend's, a model's), each file holding only
     its owner's tables (``field`` of every gate equal to the owner; ``refusal(owner, others)`` says what it holds
-    otherwise)."""
+    otherwise), and none that another file holds (``tables``: each table so far, with its file; added to)."""
     gates = []
     for owner, extra in files:
         found = _read_targets(extra)
         other = sorted({getattr(g, field) for g in found} - {owner})
         if other:
             raise TargetsError(f"{extra}: {refusal(owner, other)}")
+        for g in found:
+            table = (g.hardware, g.model, g.precision)
+            if tables.setdefault(table, extra) != extra:
+                raise TargetsError(f"{extra}:{g.line}: [{'.'.join(table)}] is in {tables[table]} too: a table's gates "
+                                   "are in one file")
         gates.extend(found)
     return gates
 

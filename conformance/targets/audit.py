@@ -1,6 +1,7 @@
 """MLPerf's compliance audits as data: ``audit.toml`` (TEST01's seed and accuracy-delta fallback, TEST04's bounds, the
-scenarios each audit runs in and the models TEST04 exempts), with its loader. How much each profile audits is the
-profile's (``profiles.toml``)."""
+scenarios each audit runs in), with its loader; a model that TEST04 exempts says so, with the reason, in its own
+audit.toml (``[TEST04.exempt]``, in its spec's ``tables`` folder). How much each profile audits is the profile's
+(``profiles.toml``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, PositiveFloat, StringConstraints
+from pydantic import AfterValidator, Field, PositiveFloat, StringConstraints, create_model
 
 from conformance.hardware.base import SCENARIOS
-from conformance.targets import DataFileError, Schema, load_validated
+from conformance.targets import DataFileError, Schema, fail, load_validated, model_files, read_toml, validate
 from models import MODEL_NAMES
 
 AUDIT_FILE = Path(__file__).with_name("audit.toml")
@@ -84,6 +85,9 @@ class Test01Schema(Schema):
     remeasure: int = Field(ge=0, le=3)
 
 
+Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
 class Test04Schema(Schema):
     scenarios: Scenarios
     performance_issue_same_index: int = Field(ge=0)
@@ -91,7 +95,7 @@ class Test04Schema(Schema):
     short_latency_max_speedup: Speedup
     short_latency_score: dict[Literal[SCENARIOS], PositiveFloat]
     remeasure: int = Field(ge=0, le=3)
-    exempt: dict[Literal[MODEL_NAMES], Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]] = {}
+    exempt: dict[Literal[MODEL_NAMES], Reason] = {}
 
 
 class AuditFile(Schema):
@@ -101,10 +105,13 @@ class AuditFile(Schema):
 
 @lru_cache(maxsize=None)
 def load_audit_config(path: Path | None = None) -> AuditConfig:
-    """The audit settings in ``path`` (default: the suite's audit.toml), validated; an AuditConfigError naming the file,
-    line, key and what is allowed otherwise."""
+    """The audit settings in ``path`` (default: the suite's audit.toml) with the models' own TEST04 exemptions,
+    validated; an AuditConfigError naming the file, line, key and what is allowed otherwise."""
+    path = Path(path) if path is not None else AUDIT_FILE
     try:
-        data = load_validated(Path(path) if path is not None else AUDIT_FILE, AuditFile)
+        data = load_validated(path, AuditFile)
+        exempt = dict(data.TEST04.exempt)
+        exempt.update(_model_exemptions(exempt))
     except DataFileError as exc:
         raise AuditConfigError(str(exc)) from None
     t1, t4 = data.TEST01, data.TEST04
@@ -122,5 +129,20 @@ def load_audit_config(path: Path | None = None) -> AuditConfig:
         short_latency_max_speedup=t4.short_latency_max_speedup,
         remeasure=t4.remeasure,
         short_latency_score=dict(t4.short_latency_score),
-        test04_exempt=dict(t4.exempt),
+        test04_exempt=exempt,
     )
+
+
+def _model_exemptions(suite: dict) -> dict[str, str]:
+    """The TEST04 exemptions the models' own audit.toml files give (``[TEST04.exempt] <model> = "reason"``, only the
+    model's own name, validated on its own); one the suite's file gives too is an error naming the file."""
+    found = {}
+    for model, extra in model_files("audit.toml", optional=True):
+        own, text = read_toml(extra)
+        test04 = create_model("ModelTest04", __base__=Schema, exempt=(dict[Literal[model], Reason], ...))
+        checked = validate(own, create_model("ModelAuditFile", __base__=Schema, TEST04=(test04, ...)), extra, text)
+        if model in suite:
+            fail(extra, ("TEST04", "exempt", model), f"the suite's {AUDIT_FILE.name} exempts model {model!r} too: a "
+                 "model's exemption is in its own audit.toml only", text)
+        found.update(checked.TEST04.exempt)
+    return found

@@ -1,4 +1,6 @@
-"""Performance targets as data: ``performance.toml`` (see its header for where each figure comes from).
+"""Performance targets as data: ``performance.toml`` files (the suite's header says where each figure comes from;
+each model keeps its own rows in its spec's ``tables`` folder, the built-in models' in ``models/tables/<model>/``, and
+a backend shipped on its own the rows of its hardware).
 
 ``[targets.<model>.<hardware>.<precision>]`` holds one target per scenario; ``[models.<model>]`` the per-model run
 parameters (Server latency bound, device batch, Server batching timeout, rows per sample). How long runs are is the
@@ -125,8 +127,9 @@ ScenarioTargets = dict[Scenario, positive(MAX_RATE)]
 
 
 @lru_cache(maxsize=None)
-def _schemas() -> tuple[type[Schema], type[Schema]]:
-    """(suite file, backend file) schemas; built on first use, since the hardware names come from entry points."""
+def _schemas() -> tuple[type[Schema], type[Schema], type[Schema]]:
+    """(suite file, backend file, model file) schemas; built on first use, since the hardware names come from entry
+    points."""
     hardware = Literal[hardware_names()]
     model_run = create_model("ModelRun", __base__=ModelRunSchema, max_batch=(dict[hardware, count(MAX_BATCH)], Field(min_length=1)))
     suite = create_model("PerformanceFile", __base__=Schema,
@@ -138,7 +141,10 @@ def _schemas() -> tuple[type[Schema], type[Schema]]:
                            targets=(dict[ModelName, dict[str, dict[str, ScenarioTargets]]], {}),
                            max_batch=(dict[ModelName, count(MAX_BATCH)], {}),
                            profiles=(dict[Literal[PROFILE_NAMES], profile], {}))
-    return suite, backend
+    model = create_model("ModelPerformanceFile", __base__=Schema,
+                         models=(dict[ModelName, model_run], {}),
+                         targets=(dict[ModelName, dict[hardware, dict[str, ScenarioTargets]]], {}))
+    return suite, backend, model
 
 
 def _merge_backend_targets(data: dict, hardware: str, path: Path) -> tuple[Path, str]:
@@ -158,6 +164,22 @@ def _merge_backend_targets(data: dict, hardware: str, path: Path) -> tuple[Path,
     return path, text
 
 
+def _merge_model_tables(data: dict, model: str, path: Path, suite: Path) -> tuple[Path, str]:
+    """Add a model's own ``[models.<model>]`` and ``[targets.<model>.*]`` tables (its performance.toml, validated on
+    its own so that a mistake names its file and line) to the suite's ``data``; another model's tables, or tables the
+    suite's file holds too (two sources of one figure), are an error naming the file."""
+    own, text = _check(read_toml, path)
+    _check(validate, own, _schemas()[2], path, text)
+    _check(model_tables, own, model, path, {"models": 0, "targets": 0})
+    for key, tables in own.items():
+        for name in tables:
+            if name in data.get(key, {}):
+                _check(fail, path, (key, name), f"the suite's {suite} has [{key}.{name}] too: a model's run parameters "
+                       "and targets are in its own file only", text)
+        data.setdefault(key, {}).update(tables)
+    return path, text
+
+
 def _check(function, *args):
     """Run a validation helper, raising its DataFileError as a PerformanceTargetsError."""
     try:
@@ -170,16 +192,14 @@ def _check(function, *args):
 
 @lru_cache(maxsize=None)
 def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
-    """The targets in ``path`` (default: the suite's performance.toml, with the tables of backends shipped on their
-    own), validated; a PerformanceTargetsError naming the file, line, key and what is allowed otherwise."""
+    """The targets in ``path`` (default: the suite's performance.toml) and in every model's own performance.toml (with
+    the suite's own file, also the tables of backends shipped on their own), validated; a PerformanceTargetsError
+    naming the file, line, key and what is allowed otherwise."""
     path = Path(path) if path is not None else PERFORMANCE_FILE
     data, text = _check(read_toml, path)
-    if path == PERFORMANCE_FILE:  # models shipped on their own bring their run parameters and targets
-        for model, extra in model_files(PERFORMANCE_FILE.name):
-            own, _ = _check(read_toml, extra)
-            _check(model_tables, own, model, extra, {"models": 0, "targets": 0})
-            for key, tables in own.items():
-                data.setdefault(key, {}).update(tables)
+    owners = {}  # model -> (file, text) of the model's own tables: their mistakes name its file
+    for model, extra in model_files(PERFORMANCE_FILE.name):  # each model brings its run parameters and targets
+        owners[model] = _merge_model_tables(data, model, extra, path)
     _check(validate, data, _schemas()[0], path, text)
     origins = {}  # hardware -> (file, text) of a backend shipped on its own: its tables' mistakes name its file
     if path == PERFORMANCE_FILE:  # backends shipped on their own bring the targets of their names
@@ -187,7 +207,7 @@ def load_performance_targets(path: Path | None = None) -> PerformanceTargets:
             origins[hardware] = _merge_backend_targets(data, hardware, extra)
 
     def problem(loc: tuple, message: str, hardware: str | None = None):
-        where, where_text = origins.get(hardware, (path, text))
+        where, where_text = origins.get(hardware, owners.get(loc[1], (path, text)))
         if hardware in origins and loc[0] == "models":  # the backend's file holds its batches as [max_batch]
             loc = ("max_batch", loc[1])
         _check(fail, where, loc, message, where_text)

@@ -1,6 +1,8 @@
-"""Profiles as data: ``profiles.toml`` says, per profile, how many samples each model runs and at which batch, how long
-LoadGen runs, what the audits sample, and whether known failures are strict; ``[reference]`` sizes the stored
-evaluation set. A backend shipped on its own gives its LoadGen query counts per profile in its performance.toml.
+"""Profiles as data: ``profiles.toml`` says, per profile, how long LoadGen runs, what the audits sample, and whether
+known failures are strict; each model's own profiles.toml (in its spec's ``tables`` folder, the built-in models' in
+``models/tables/<model>/``) how many samples it runs and at which batch, its LoadGen sample set, and in
+``[reference]`` the size of its stored evaluation set. A backend shipped on its own gives its LoadGen query counts per
+profile in its performance.toml.
 The file is validated when loaded: unknown or missing keys, wrong types (``true`` is not a count), counts below 1 and
 unknown model, hardware or scenario names are errors naming the file, line, key and what is allowed. The schema fixes
 which keys there are, never the counts."""
@@ -116,9 +118,8 @@ def _schemas() -> tuple[type[Schema], type[Schema]]:
 
 def _validated(path: Path):
     data, text = _errors_as_profiles_error(read_toml, path)
-    if path == PROFILES_FILE:
-        for model, extra in model_files(PROFILES_FILE.name):
-            _merge_model_counts(data, model, extra)
+    for model, extra in model_files(PROFILES_FILE.name):  # each model brings its counts
+        _merge_model_counts(data, model, extra)
     return _errors_as_profiles_error(validate, data, _schemas()[0], path, text)
 
 
@@ -126,11 +127,25 @@ def _validated(path: Path):
 MODEL_COUNTS = {"samples": (), "batch_size": (), "performance": ("performance_samples",)}
 
 
+@lru_cache(maxsize=None)
+def _model_schema(model: str) -> type[Schema]:
+    """A model's own profiles.toml: every count of ``model``, each a count >= 1 (validated on its own, so that a
+    mistake names the model's file and line)."""
+    own = dict[Literal[model], count(MAX_SAMPLES)]
+    performance = create_model("ModelPerformanceCounts", __base__=Schema, performance_samples=(own, ...))
+    profile = create_model("ModelProfile", __base__=Schema, samples=(own, ...), batch_size=(own, ...),
+                           performance=(performance, ...))
+    reference = create_model("ModelReference", __base__=Schema, samples=(own, ...))
+    return create_model("ModelProfilesFile", __base__=Schema, reference=(reference, ...),
+                        **{name: (profile, ...) for name in PROFILE_NAMES})
+
+
 def _merge_model_counts(data: dict, model: str, path: Path) -> None:
     """Add a model's own counts (``[reference].samples``, ``[<profile>].samples`` and ``batch_size``,
-    ``[<profile>.performance].performance_samples``, each ``{ <model> = n }``) to the suite's ``data``; any other key,
-    or another model's name, is a ProfilesError naming the file and key (the counts are validated with the suite's)."""
-    own, _ = _errors_as_profiles_error(read_toml, path)
+    ``[<profile>.performance].performance_samples``, each ``{ <model> = n }``, all of them) to the suite's ``data``;
+    any other key, another model's name, a count that is not one, or a count the suite's file gives too, is a
+    ProfilesError naming the file and key."""
+    own, text = _errors_as_profiles_error(read_toml, path)
     for name, table in own.items():
         if name not in ("reference", *PROFILE_NAMES) or not isinstance(table, dict):
             raise ProfilesError(f"{path}: key {name!r}: a model's profiles.toml holds tables [reference] and "
@@ -144,8 +159,20 @@ def _merge_model_counts(data: dict, model: str, path: Path) -> None:
                 if not isinstance(per_model, dict) or set(per_model) - {model}:
                     raise ProfilesError(f"{path}: [{name}].{key}: the counts of model {model!r} are "
                                         f"{{ {model} = n }}, no other model's")
-                target = data.setdefault(name, {}).setdefault(field, {})
-                (target.setdefault(key, {}) if inner else target).update(per_model)
+    _errors_as_profiles_error(validate, own, _model_schema(model), path, text)
+    for name, table in own.items():
+        for field, counts in table.items():
+            inner = MODEL_COUNTS[field]
+            for key, per_model in ({field: counts} if not inner else counts).items():
+                target = data.setdefault(name, {})
+                for step in (field, key) if inner else (field,):
+                    target = target.setdefault(step, {}) if isinstance(target, dict) else None
+                if not isinstance(target, dict):  # the suite's file has no table there: its validation says so
+                    continue
+                if model in target:
+                    raise ProfilesError(f"{path}: [{name}].{key}: the suite's {PROFILES_FILE.name} gives model "
+                                        f"{model!r} this count too; a model's counts are in its own file only")
+                target.update(per_model)
 
 
 def _errors_as_profiles_error(function, *args):
@@ -163,8 +190,9 @@ def reference_samples(path: Path | None = None) -> dict[str, int]:
 
 @lru_cache(maxsize=None)
 def load_profiles(path: Path | None = None) -> dict[str, Profile]:
-    """All profiles in ``path`` (default: the suite's profiles.toml, with the query counts of backends shipped on their
-    own), validated; a ProfilesError naming the file, line, key and what is allowed otherwise."""
+    """All profiles in ``path`` (default: the suite's profiles.toml) with every model's counts from its own
+    profiles.toml (with the suite's own file, also the query counts of backends shipped on their own), validated; a
+    ProfilesError naming the file, line, key and what is allowed otherwise."""
     path = Path(path) if path is not None else PROFILES_FILE
     data = _validated(path)
     profiles = {}

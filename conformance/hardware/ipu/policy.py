@@ -1,5 +1,6 @@
-"""The ``ipu`` hardware's precisions as data: named policies and per-model FP8 settings in ``precisions.toml``, with
-their one loader (used by the emulator and by the timing model's trace)."""
+"""The ``ipu`` hardware's precisions as data: named policies in ``precisions.toml``, and FP8 settings per model (each
+model's own ``fp8.toml``, in its spec's ``tables`` folder; ``precisions.toml`` holds those of the MiniLM checkpoint and
+of imported graphs), with their one loader (used by the emulator and by the timing model's trace)."""
 
 from __future__ import annotations
 
@@ -110,13 +111,16 @@ def load_precisions(path: Path | None = None) -> tuple[dict[str, Policy], dict[s
     path = Path(path) if path is not None else PRECISIONS_FILE
     data, text = read_toml(path)
     checked = validate(data, PrecisionsFile, path, text)
-    if path == PRECISIONS_FILE:  # models shipped on their own bring their FP8 settings ([fp8.<model>] of fp8.toml)
+    if path == PRECISIONS_FILE:  # each model brings its FP8 settings ([fp8.<model>] of its fp8.toml)
         for model, spec in model_specs().items():
             extra = spec.table("fp8")
             if extra is None or not extra.is_file():
                 continue
             own, own_text = read_toml(extra)
             schema = create_model("ModelFp8File", __base__=Schema, fp8=(dict[Literal[model], Fp8Schema], ...))
+            if model in checked.fp8:
+                fail(extra, ("fp8", model), f"the hardware's {path} has [fp8.{model}] too: a model's FP8 settings are "
+                     "in its own fp8.toml only", own_text)
             checked.fp8.update(validate(own, schema, extra, own_text).fp8)
     if "fp32" in checked.precisions:
         fail(path, ("precisions", "fp32"), "fp32 is the reference the precisions are compared with, not a precision "
