@@ -22,6 +22,20 @@ def test_clopper_pearson_matches_scipys_exact_binomial_interval(k, n):
     assert got.low == pytest.approx(expected.low, abs=1e-12) and got.high == pytest.approx(expected.high, abs=1e-12)
 
 
+def test_clopper_pearson_bounds_are_the_beta_quantiles_bit_for_bit():
+    """The bounds are scipy.stats.beta's quantiles exactly (whole and fractional successes), so intervals recorded
+    before and after reading them through scipy.special are the same numbers."""
+    from scipy.stats import beta
+
+    rng, tail = np.random.default_rng(0), (1.0 - confidence.LEVEL) / 2.0
+    for _ in range(2000):
+        n = int(rng.integers(1, 20000))
+        k = float(rng.integers(0, n + 1)) if rng.random() < 0.5 else float(rng.uniform(0, n))
+        got = confidence.clopper_pearson(k, n)
+        assert got.low == (0.0 if k <= 0 else float(beta.ppf(tail, k, n - k + 1))), (k, n)
+        assert got.high == (1.0 if k >= n else float(beta.ppf(1.0 - tail, k + 1, n - k))), (k, n)
+
+
 def test_all_agreeing_bounds_and_units_needed():
     assert confidence.clopper_pearson(12, 12).low == pytest.approx(0.7354, abs=1e-4)
     assert confidence.clopper_pearson(32, 32).low == pytest.approx(0.8911, abs=1e-4)

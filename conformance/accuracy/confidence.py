@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta
+from scipy.special import betaincinv  # beta.ppf's function, without importing scipy.stats (0.4 s)
 
 from conformance.accuracy.metrics import TaskMetric
 
@@ -55,8 +55,8 @@ def clopper_pearson(successes: float, n: int, level: float = LEVEL) -> Interval:
     if not 0 <= successes <= n:
         raise ValueError(f"successes must lie in [0, n={n}], got {successes}")
     tail = (1.0 - level) / 2.0
-    low = 0.0 if successes <= 0 else float(beta.ppf(tail, successes, n - successes + 1))
-    high = 1.0 if successes >= n else float(beta.ppf(1.0 - tail, successes + 1, n - successes))
+    low = 0.0 if successes <= 0 else float(betaincinv(successes, n - successes + 1, tail))
+    high = 1.0 if successes >= n else float(betaincinv(successes + 1, n - successes, 1.0 - tail))
     return Interval(low, high, "clopper-pearson")
 
 
