@@ -530,7 +530,8 @@ def _input_or_pass(node, args, attrs, ops, constant, interp):
         dtype = onnx.helper.tensor_dtype_to_np_dtype(to)
         if interp.is_input(node.input[0]) and to == onnx.TensorProto.FLOAT:
             return [ops.input(x.astype(dtype), name=_layer(node.name))]
-        return [x.astype(dtype)]
+        with np.errstate(invalid="ignore"):  # a float out of an integer's range (T5's log(0) = -inf) casts as in C,
+            return [x.astype(dtype)]         # as onnxruntime casts it: numpy's warning says nothing more
     if interp.is_input(node.input[0]) and _array(x).dtype == F32:
         return [ops.input(x, name=_layer(node.name))]
     return [x]

@@ -85,7 +85,7 @@ class _OperandStats:
 
     def add(self, x: np.ndarray) -> None:
         if x.size:
-            self.amax = max(self.amax, float(np.max(np.abs(x))))
+            self.amax = max(self.amax, float(max(np.max(x), -np.min(x))))  # max |x| without an |x| copy of x
             self.pieces.append(sample_values(x, OBSERVE_PER_CALL))
 
     def values(self) -> np.ndarray:
