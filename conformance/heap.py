@@ -5,7 +5,8 @@ glibc's malloc serves those from fresh ``mmap`` pages and unmaps them when they 
 every page again at its first touch: about a fifth of a transformer run's CPU time went to the kernel. Serving them
 from the heap (no ``mmap``) and trimming it only past 1 GiB of free top memory keeps the pages: a roformer fp16
 accuracy test took 25.5 s (6.0 s of it in the kernel) before and 20.9 s (2.0 s) after. The price is memory held
-longer (the smoke job's peak resident memory 3.0 GB before, 4.1 GB after). Other allocators, and platforms without
+longer (the smoke job's peak resident memory went from 3.0 to 4.1 GB; 3.0 GB again once timing traces stopped
+holding activations). Other allocators, and platforms without
 glibc, are left as they are. The figures computed do not depend on it.
 """
 
