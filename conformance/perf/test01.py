@@ -312,12 +312,11 @@ def run_test01(device: Device, settings: ScenarioSettings, log_dir: Path, *, sam
                       AuditSettings.from_settings(settings, mode="AccuracyOnly"), log_dir / "accuracy", **run_options)
     answers = read_accuracy_log(Path(accuracy.log_dir) / "mlperf_log_accuracy.json")
     earlier = []
-    for attempt in range(1 + (config.test01_remeasure if compare_performance else 0)):
+    for attempt in range(1 + config.test01_remeasure):
+        where = log_dir if attempt == 0 else log_dir / f"remeasure-{attempt}"
         if attempt:
-            where = log_dir / f"remeasure-{attempt}"
             performance = runner(device, logged_settings, where / "performance", **run_options)
-        plain = runner(device, settings, (where if attempt else log_dir) / "plain", **run_options) \
-            if compare_performance else None
+        plain = runner(device, settings, where / "plain", **run_options) if compare_performance else None
         sampled = read_accuracy_log(Path(performance.log_dir) / "mlperf_log_accuracy.json")
         comparison = compare_responses(sampled, answers)
         fallback = None
@@ -325,8 +324,8 @@ def run_test01(device: Device, settings: ScenarioSettings, log_dir: Path, *, sam
             fallback = accuracy_delta(score, sampled, answers, tolerance)
         result = Test01Result(comparison, fallback, performance, accuracy, sampling_target, plain, config,
                               verify_accuracy(sampled, answers), earlier_ratios=list(earlier))
-        if result.performance_passed or result.performance_ratio is None or attempt == config.test01_remeasure:
-            return result
+        if result.performance_passed or result.performance_ratio is None:  # passed, or not compared: nothing to redo
+            break
         earlier.append(result.performance_ratio)
     return result
 
