@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What a machine with an NVIDIA GPU checks, in one call (meant to end within 8 minutes on one H100 or H200):
-#   1. the formats and kernels tests on torch:cuda, bit for bit against numpy (tests/test_numerics_*.py);
+#   1. the formats and kernels tests on torch:cuda, bit for bit against numpy (tests/test_numerics_*.py), and the six
+#      models' FP32 forward on CUDA tensors against numpy (tests/test_models_torch.py);
 #   2. the accuracy tests of the six models at the smoke profile with the emulator on torch:cuda, compared with the
 #      same job on numpy (`ipu-conformance report compare` and scripts/compare_array_runs.py: every decision and
 #      verdict equal, the figures within the FP32 summation order's tolerance). The numpy run is made here unless
@@ -38,6 +39,7 @@ step() {  # step NAME COMMAND...: run it, its output to OUT/NAME.txt and the ter
 step gpu nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 step torch python -c "import torch; print(torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())"
 step formats pytest tests/test_numerics_formats.py tests/test_numerics_kernels.py -q -p no:cacheprovider -k "$array"
+[[ "$array" == *cuda* ]] && step models-cuda pytest tests/test_models_torch.py -q -p no:cacheprovider -k cuda
 step "smoke-$tag" pytest conformance/ -k test_accuracy --hardware ipu --profile smoke --array "$array" "${models[@]}" \
     --report-dir "$out/smoke-$tag" -q -p no:cacheprovider
 numpy_results="${NUMPY_RESULTS:-}"

@@ -245,25 +245,32 @@ def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
 
 
 @pytest.mark.numpy_only  # calls the other library's kernels directly
+@pytest.mark.parametrize("spec", ["torch:cpu", "torch:cuda"])
 @pytest.mark.parametrize("overflow", ["sat", "nan"])
-def test_half_partials_per_block_fallback_equals_the_compiled_accumulator(overflow):
+@pytest.mark.parametrize("special", [None, float("inf"), float("nan")])
+def test_half_partials_per_block_fallback_equals_the_compiled_accumulator(spec, overflow, special):
     """Where the compiled accumulator cannot run (a GPU, the numpy kernel path, NaN-on-overflow), the other library
-    rounds the running sum in one array pass per block: the same bits as the compiled accumulator."""
+    rounds the running sum in array passes per block (the cast alone where every sum is finite, the whole rule set
+    where an operand holds Inf or NaN): the same bits as the compiled accumulator and as numpy."""
     from conformance.numerics import arrays, compiled, namespace
     from conformance.numerics.formats import nearest_rounding
 
     try:
-        library = arrays.load("torch:cpu")
+        library = arrays.load(spec)
     except arrays.ArrayLibraryError as exc:
         pytest.skip(str(exc))
     rng = np.random.default_rng(5)
     a, b = grid(rng, (3, 40, 300), "f143", spread=40.0), grid(rng, (3, 300, 50), "f143", spread=40.0)
+    if special is not None:
+        a[1, 7, 100] = special  # row 7 of batch 1 meets it from its seventh block on
     partials = nearest_rounding("f16", 0, overflow, signed_zero=False)
-    compiled_result = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
-                                                             partials))
     with compiled.kernel_path("numpy"):
         per_block = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
                                                            partials))
     expected = matmul(a, b, operand_format="f143", overflow=overflow)  # numpy: saturates or overflows the same
-    assert np.array_equal(per_block, compiled_result, equal_nan=True)
     assert np.array_equal(per_block, expected, equal_nan=True)
+    assert np.isfinite(per_block[1, 7]).all() == (special is None)  # the special value reached the sums
+    if library.on_host:
+        compiled_result = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
+                                                                 partials))
+        assert np.array_equal(per_block, compiled_result, equal_nan=True)

@@ -74,16 +74,41 @@ def round_op(library, op: str, a, b, info, scale: int, overflow: str, round_a: b
     return quantize(library, getattr(xp, _OPS[op])(a, b), info, scale, overflow)
 
 
+# |products| at most this keep every FP32 sum acc + product finite while |acc| is at most the FP16 max
+_FINITE_PRODUCTS = 2.0 ** 127
+
+
 def _accumulate(library, acc, products, partials) -> None:
     """``acc = round_f16(acc + products[j])`` for every j in order, in place: ``acc`` (size,) and ``products``
     (blocks, size), both contiguous float32 of ``library``; ``partials``: the numpy path's FP16 rounding of the
-    partials (``formats.nearest_rounding("f16", 0, overflow, signed_zero=False)``)."""
+    partials (``formats.nearest_rounding("f16", 0, overflow, signed_zero=False)``).
+
+    Off the host (or for NaN-on-overflow, or on the numpy kernel path) it is one chain of array operations per block.
+    Where no product is beyond 2**127 and the accumulator holds no NaN, Inf or value beyond the FP16 max (checked once
+    per call, two reductions), every sum is finite and each block's rounding is the cast alone, after the clip to
+    +-max (saturation) or with Inf made NaN (NaN-on-overflow): :func:`quantize`'s own result for finite inputs,
+    without its check of the operand, which on a GPU would wait for the device once per block."""
     fused = compiled.jit() if library.on_host and partials.overflow == "sat" else None
     if fused is not None:  # the numpy path's compiled accumulator, on the same memory
         compiled.accumulator(fused, partials)(library.host_view(acc), library.host_view(products))
         return
-    for j in range(products.shape[0]):  # a GPU, the numpy kernel path or NaN-on-overflow: one pass per block
-        acc[...] = quantize(library, acc + products[j, ...], partials.info, 0, partials.overflow)
+    info = partials.info
+    limit = float(info.max_value)
+    if not (_within(library, products, _FINITE_PRODUCTS) and _within(library, acc, limit)):
+        for j in range(products.shape[0]):  # NaN, Inf or huge values: the rounding's whole rule set per block
+            acc[...] = quantize(library, acc + products[j, ...], info, 0, partials.overflow)
+        return
+    xp = library.xp
+    narrow = library.narrow_dtype(info.name)
+    saturate = partials.overflow == "sat"
+    nan = xp.asarray(float("nan"), dtype=xp.float32, device=_device(library, acc))
+    for j in range(products.shape[0]):
+        total = acc + products[j, ...]
+        if saturate:  # every finite value beyond the max rounds to it
+            acc[...] = xp.astype(xp.astype(xp.clip(total, -limit, limit), narrow), xp.float32)
+        else:  # finite overflow gives NaN, which then stays
+            rounded = xp.astype(xp.astype(total, narrow), xp.float32)
+            acc[...] = xp.where(xp.isinf(rounded), nan, rounded)
 
 
 def matmul_half(library, a, b, block: int, partials):

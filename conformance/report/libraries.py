@@ -50,7 +50,9 @@ class LibraryComparison:
                              ("half-partials figures not bit-equal", self.inexact_half_partials)):
             lines.append(f"{title}: {len(items)}")
             lines.extend(f"  {item}" for item in items)
-        lines.append("SAME decisions and verdicts" if self.same else "DIFFERENT")
+        lines.append(("DIFFERENT" if self.decisions else "SAME") + " decisions and verdicts; "
+                     + (f"{len(self.figures)} figures beyond the tolerance" if self.figures
+                        else "figures within the tolerance"))
         return "\n".join(lines)
 
 
