@@ -274,3 +274,32 @@ def test_half_partials_per_block_fallback_equals_the_compiled_accumulator(spec, 
         compiled_result = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
                                                                  partials))
         assert np.array_equal(per_block, compiled_result, equal_nan=True)
+
+
+@pytest.mark.numpy_only  # calls the other library's kernels directly
+@pytest.mark.parametrize("budget", [1 << 24, 20000, 5000, 700])  # whole; groups of 3 blocks; batch tiles; rows
+@pytest.mark.parametrize("overflow", ["sat", "nan"])
+def test_half_partials_as_a_gpu_tiles_them_give_the_same_bits(monkeypatch, budget, overflow):
+    """Off the host, each block's pass runs over as much of the output as the budget holds, blocks grouped within it:
+    the same running sums as numpy's, whatever the tiles (torch:cpu computing as a GPU does)."""
+    from conformance.numerics import arrays, compiled, namespace
+    from conformance.numerics.formats import nearest_rounding
+
+    try:
+        library = arrays.load("torch:cpu")
+    except arrays.ArrayLibraryError as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setattr(arrays.ArrayLibrary, "on_host", property(lambda self: self.device is None))
+    monkeypatch.setattr(namespace, "_DEVICE_PRODUCTS", budget)
+    rng = np.random.default_rng(7)
+    a, b = grid(rng, (3, 40, 300), "f143", spread=40.0), grid(rng, (3, 300, 50), "f143", spread=40.0)
+    partials = nearest_rounding("f16", 0, overflow, signed_zero=False)
+    got = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32, partials))
+    assert np.array_equal(got, matmul(a, b, operand_format="f143", overflow=overflow), equal_nan=True)
+    x = grid(rng, (2, 24, 9, 9), "f16", spread=4.0)
+    w = grid(rng, (16, 24, 3, 3), "f16", spread=4.0)
+    with compiled.kernel_path("numpy"):
+        expected = conv2d(x, w, padding=1, partials="half", overflow=overflow)
+    got = library.to_numpy(namespace.conv2d_half(library, library.asarray(x), library.asarray(w), (1, 1), (1, 1),
+                                                 (1, 1), 1, 16, partials))
+    assert np.array_equal(got, expected, equal_nan=True)

@@ -115,9 +115,12 @@ def matmul_half(library, a, b, block: int, partials):
     """(B, M, K) @ (B, K, N) float32 arrays of ``library`` with FP16 partials: for every block of K,
     acc = round_f16(acc + FP32 block sum), ``partials`` the rounding (see :func:`_accumulate`).
 
-    The output is cut into tiles (stacks of batch elements, or rows of one) whose block products, all blocks at once
-    or a group of them, fill about ``_HOST_PRODUCTS`` elements on the host (they stay in cache until accumulated;
-    a loop over tiles, each one batched call per group of blocks) and ``_DEVICE_PRODUCTS`` on a GPU."""
+    The output is cut into tiles (stacks of batch elements, or rows of one). On the host a tile's block products, all
+    blocks at once or a group of them, fill about ``_HOST_PRODUCTS`` elements (they stay in cache until accumulated;
+    a loop over tiles, each one batched call per group of blocks). On a GPU the tile is as much of the output as
+    ``_DEVICE_PRODUCTS`` elements hold (usually all of it) and its blocks are grouped to fill that budget: the
+    accumulation's passes per block then run over the whole output, not once per tile of rows (which multiplied the
+    passes by the number of tiles, itself growing with the blocks)."""
     xp = library.xp
     nbatch, m, k = a.shape
     n = b.shape[2]
@@ -129,8 +132,12 @@ def matmul_half(library, a, b, block: int, partials):
         pad = blocks * block - k
         a = xp.concat([a, xp.zeros((nbatch, m, pad), dtype=xp.float32, device=_device(library, a))], axis=2)
         b = xp.concat([b, xp.zeros((nbatch, pad, n), dtype=xp.float32, device=_device(library, b))], axis=1)
-    budget = _HOST_PRODUCTS if library.on_host else _DEVICE_PRODUCTS
-    per_row = blocks * n  # product elements of one output row, all blocks
+    if library.on_host:
+        budget = _HOST_PRODUCTS
+        per_row = blocks * n  # product elements of one output row, all blocks
+    else:  # each block's pass over as much of the output as the budget holds, the blocks grouped within it
+        budget = _DEVICE_PRODUCTS
+        per_row = n
     if m * per_row <= budget:  # stacks of whole batch elements
         step = max(1, budget // (m * per_row))
         tiles = [(slice(b0, b0 + step), slice(0, m)) for b0 in range(0, nbatch, step)]
