@@ -60,15 +60,10 @@ def _write_lines(path: Path, entries, blank_line_at: int | None = None) -> Path:
 
 
 def _train_tokenizer(texts, path: Path) -> Path:
-    tok = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
-    trainer = tokenizers.trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
-    tok.train_from_iterator(texts, trainer)
-    tok.post_processor = tokenizers.processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
-                                                              ("[CLS]", tok.token_to_id("[CLS]")))
-    tok.save(str(path))
-    return path
+    """The SQuAD tests' tokenizer builder (the same file on every run), 300 tokens."""
+    from tests.test_dataset_squad import _train_tokenizer as wordpiece
+
+    return wordpiece(texts, path, size=300)
 
 
 def _randomize(module, seed: int) -> None:

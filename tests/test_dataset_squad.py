@@ -75,13 +75,23 @@ def _squad_document(paragraphs, answers=None) -> dict:
     return {"version": "1.1", "data": data}
 
 
-def _train_tokenizer(texts, path: Path) -> Path:
-    model = tokenizers.models.WordPiece(unk_token="[UNK]")
-    tok = tokenizers.Tokenizer(model)
-    tok.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
-    trainer = tokenizers.trainers.WordPieceTrainer(vocab_size=400, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
-    tok.train_from_iterator(texts, trainer)
+def _train_tokenizer(texts, path: Path, size: int = 400) -> Path:
+    """A BERT-style WordPiece tokenizer of ``texts``, the same file on every run: the four special tokens, every
+    character alone and as a continuation (``##c``), then the most frequent words (ties by the word) up to ``size``
+    tokens. (tokenizers' WordPieceTrainer orders tied counts differently from one process to the next, so a trained
+    vocabulary, and the checkpoint built on it, would differ between runs.)"""
+    normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
+    pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    counts = collections.Counter(word for text in texts
+                                 for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+    chars = sorted({c for word in counts for c in word})
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", *chars, *("##" + c for c in chars)]
+    words = [w for w in sorted(counts, key=lambda w: (-counts[w], w)) if w not in pieces]
+    vocab = pieces + words[:max(0, size - len(pieces))]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordPiece({token: i for i, token in enumerate(vocab)},
+                                                           unk_token="[UNK]"))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
     tok.post_processor = tokenizers.processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
                                                               ("[CLS]", tok.token_to_id("[CLS]")))
     tok.save(str(path))

@@ -136,8 +136,14 @@ def test_a_users_checkpoint_and_data_are_judged_against_labels(name, tmp_path, p
                                 "--checkpoint", f"{name}={ckpt}", "--dataset", f"{name}={data}",
                                 "--cache-dir", str(tmp_path / "cache"), "--report-dir", str(report))
     output = result.stdout.str()
-    assert result.ret == 0, output[-3000:]
+    # A random checkpoint's answers can sit on near-ties that one FP16 rounding flips (among 10 SQuAD questions, one
+    # flip fails the 99% gate), so the verdict is the model's, not the test's: the run must judge (exit 0 or 1, no
+    # error), and a failure may only be an agreement gate of the model's decisions.
+    assert result.ret in (0, 1), output[-3000:]
     results = json.loads((report / "results.json").read_text())
+    assert results["exit_status"] == result.ret and all(t["outcome"] in ("passed", "failed") for t in results["tests"])
+    failed = {r["check"].split("@")[0] for r in results["records"] if r["gating"] and r["passed"] is False}
+    assert failed <= {"exact_match", "f1", "top1_agreement", "top5_agreement", "pairwise_order_agreement"}, output[-3000:]
     records = [r for r in results["records"] if r["kind"] == "accuracy" and r["model"] == name]
     judged = records[0]["details"]["judged"]
     _, provenance = load_checkpoint(name, ckpt)
@@ -165,7 +171,7 @@ def test_a_users_checkpoint_and_data_are_judged_against_labels(name, tmp_path, p
                                "--profile", "smoke", "--model", name, "--precision", "fp16", "-k", "accuracy",
                                "--checkpoint", f"{name}={ckpt}", "--dataset", f"{name}={data}",
                                "--cache-dir", str(tmp_path / "cache"), "--report-dir", str(tmp_path / "report2"))
-    assert again.ret == 0
+    assert again.ret == result.ret  # the same verdict from the cached FP32 outputs
     second = json.loads((tmp_path / "report2" / "results.json").read_text())
     cached = next(r for r in second["records"] if r["kind"] == "accuracy")["details"]["judged"]["fp32_outputs_cached"]
     assert cached is True
