@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conformance.numerics import arrays
@@ -138,3 +139,32 @@ def test_a_ratio_gates_target_follows_its_figure_within_the_tolerance():
     assert compare_libraries(_run("numpy", FIGURES), other).same
     other["records"][0]["target"] = 0.9
     assert "target 0.99 != 0.9" in compare_libraries(_run("numpy", FIGURES), other).describe()
+
+
+def test_a_device_out_of_memory_fails_the_batch_naming_the_memory(monkeypatch):
+    """A batch the device has no memory for gives no figure: the error names the library, the batch and what the
+    library could not allocate."""
+    from conformance.accuracy import evaluation
+
+    try:
+        library = arrays.load("torch:cpu")
+    except arrays.ArrayLibraryError as exc:
+        pytest.skip(str(exc))
+
+    class OutOfMemory(RuntimeError):
+        pass
+
+    monkeypatch.setattr(arrays.ArrayLibrary, "memory_errors", property(lambda self: (OutOfMemory,)))
+
+    class DeviceOps:
+        takes_library_arrays = True
+
+    def forward(inputs, ops):
+        raise OutOfMemory("CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 79.19 GiB")
+
+    with arrays.use("torch:cpu"):
+        with pytest.raises(arrays.DeviceMemoryError) as caught:
+            evaluation._forward(forward, {"x": np.zeros((6, 4), np.float32)}, DeviceOps(), False)
+    said = str(caught.value)
+    assert said.startswith(f"array library {library.spec} ran out of device memory computing a batch of 6 samples")
+    assert "Tried to allocate 3.00 GiB" in said and "--array numpy" in said

@@ -162,12 +162,16 @@ def _forward(forward: Callable[[dict, object], dict], inputs: dict, hardware_ops
     local = LocalErrorOps(hardware_ops, Ops()) if probe else None
     library = arrays.active()
     moved = not library.is_numpy and getattr(hardware_ops, "takes_library_arrays", False)
+    rows = row_count(inputs)
     if moved:  # the ops compute on the selected library's device: the inputs go there once, the outputs come back
         inputs = arrays.to_library(inputs, library)
-    with np.errstate(all="ignore"):
-        outputs = forward(inputs, local if probe else hardware_ops)
-    if moved:
-        outputs = arrays.to_numpy(outputs)
+    try:
+        with np.errstate(all="ignore"):
+            outputs = forward(inputs, local if probe else hardware_ops)
+        if moved:
+            outputs = arrays.to_numpy(outputs)
+    except library.memory_errors as exc:  # never a figure from part of a batch: the test fails naming the memory
+        raise library.out_of_memory(exc, f"a batch of {rows} samples") from None
     return outputs, (local.bias if probe else None)
 
 

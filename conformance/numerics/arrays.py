@@ -41,6 +41,11 @@ class ArrayLibraryError(ValueError):
     """An array library or device that is not known, not installed or not present."""
 
 
+class DeviceMemoryError(MemoryError):
+    """The selected library's device ran out of memory: the message names the work, the device and what the library
+    could not allocate (a figure is never computed from a partial batch)."""
+
+
 @dataclass(frozen=True)
 class ArrayLibrary:
     """One array library on one device (``device`` None for numpy)."""
@@ -102,6 +107,24 @@ class ArrayLibrary:
             t = torch.from_numpy(x) if x.dtype.kind in "fiub" and all(s >= 0 for s in x.strides) else torch.as_tensor(
                 np.ascontiguousarray(x))
         return t if self.on_host else t.to(self.device)
+
+    @property
+    def memory_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions by which the library says its device is out of memory (none for numpy, whose MemoryError
+        is the host's)."""
+        if self.is_numpy:
+            return ()
+        error = getattr(self.module, "OutOfMemoryError", None) or getattr(self.module.cuda, "OutOfMemoryError", None)
+        return (error,) if error is not None else ()
+
+    def out_of_memory(self, exc: BaseException, work: str) -> DeviceMemoryError:
+        """A DeviceMemoryError for ``exc`` (one of :attr:`memory_errors`) raised while computing ``work``; the
+        library's cached blocks are released first, so the next test starts with the device's memory."""
+        if self.device and self.device.startswith("cuda"):
+            self.module.cuda.empty_cache()
+        said = " ".join(str(exc).split())
+        return DeviceMemoryError(f"array library {self.spec} ran out of device memory computing {work}: {said[:400]} "
+                                 "(run with --array numpy, or on a device with more memory)")
 
     def to_numpy(self, y) -> np.ndarray:
         """An array of this library as a numpy array (the same memory on the host)."""
