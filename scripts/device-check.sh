@@ -57,6 +57,6 @@ for count in resnet50=256 bert-base=64 albert=64 roformer=32; do
 done
 step "release-slice-$tag" pytest conformance/ -k test_accuracy --hardware ipu --profile release "${slice[@]}" \
     --array "$array" "${models[@]}" --report-dir "$out/release-slice-$tag" -q -p no:cacheprovider
-step release-slice-resnet50-numpy pytest conformance/ -k test_accuracy --hardware ipu --profile release --model resnet50 \
+[[ -z "${MODELS:-}" || ",$MODELS," == *",resnet50,"* ]] && step release-slice-resnet50-numpy pytest conformance/ -k test_accuracy --hardware ipu --profile release --model resnet50 \
     --samples resnet50=64 --array numpy --report-dir "$out/release-slice-resnet50-numpy" -q -p no:cacheprovider
 exit "$status"
