@@ -32,7 +32,9 @@ def quantize(library, x, info, scale: int, overflow: str):
     xp = library.xp
     narrow = library.narrow_dtype(info.name)
     limit = float(info.max_value)
-    if _within(library, x, limit * 2.0 ** scale):  # no NaN, no Inf, nothing beyond the max: the cast alone
+    # On the host, where no NaN, Inf or value beyond the max is present the cast alone does (one min-max pass first);
+    # on a GPU that check would wait for the device on every call, so the whole rule set runs (the same bits)
+    if library.on_host and _within(library, x, limit * 2.0 ** scale):
         if not scale:
             return xp.astype(xp.astype(x, narrow), xp.float32)
         return xp.astype(xp.astype(x * (2.0 ** -scale), narrow), xp.float32) * (2.0 ** scale)
