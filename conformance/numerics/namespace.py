@@ -89,7 +89,7 @@ def _accumulate(library, acc, products, partials) -> None:
     Where no product is beyond 2**127 and the accumulator holds no NaN, Inf or value beyond the FP16 max (checked once
     per call, two reductions), every sum is finite and each block's rounding is the cast alone, after the clip to
     +-max (saturation) or with Inf made NaN (NaN-on-overflow): :func:`quantize`'s own result for finite inputs,
-    without its check of the operand, which on a GPU would wait for the device once per block."""
+    without its per-call work (a min-max pass on the host, the NaN and Inf selections on a GPU) in every block."""
     fused = compiled.jit() if library.on_host and partials.overflow == "sat" else None
     if fused is not None:  # the numpy path's compiled accumulator, on the same memory
         compiled.accumulator(fused, partials)(library.host_view(acc), library.host_view(products))
