@@ -26,15 +26,17 @@ _HOST_PRODUCTS = 1 << 18
 _DEVICE_PRODUCTS = 1 << 24
 
 
-def quantize(library, x, info, scale: int, overflow: str):
+def quantize(library, x, info, scale: int, overflow: str, no_inf: bool = False):
     """RNE of float32 array ``x`` (of ``library``) onto the grid of format ``info`` (a ``formats.FormatInfo``) at
-    ``scale``, float32 result."""
+    ``scale``, float32 result. ``no_inf``: the caller knows ``x`` holds no +-Inf, so neither the check of its range
+    nor the selections that keep infinite inputs run (a NaN in ``x`` then comes out as the quiet NaN, its payload not
+    kept)."""
     xp = library.xp
     narrow = library.narrow_dtype(info.name)
     limit = float(info.max_value)
     # On the host, where no NaN, Inf or value beyond the max is present the cast alone does (one min-max pass first);
     # on a GPU that check would wait for the device on every call, so the whole rule set runs (the same bits)
-    if library.on_host and _within(library, x, limit * 2.0 ** scale):
+    if library.on_host and not no_inf and _within(library, x, limit * 2.0 ** scale):
         if not scale:
             return xp.astype(xp.astype(x, narrow), xp.float32)
         return xp.astype(xp.astype(x * (2.0 ** -scale), narrow), xp.float32) * (2.0 ** scale)
@@ -45,6 +47,8 @@ def quantize(library, x, info, scale: int, overflow: str):
         else:
             y = xp.astype(xp.astype(x, narrow), xp.float32)
             y = xp.where(xp.isinf(y), nan, y)  # finite overflow: Inf inputs are kept below
+        if no_inf:
+            return y
         return xp.where(xp.isfinite(x), y, x + 0.0)  # +-Inf stays, NaN keeps its payload (quieted, as on numpy)
     s = x * (2.0 ** -scale) if scale else x
     if overflow == "sat":
@@ -52,7 +56,7 @@ def quantize(library, x, info, scale: int, overflow: str):
     y = xp.astype(xp.astype(s, narrow), xp.float32)
     if scale:
         y = y * (2.0 ** scale)
-    if overflow == "sat":
+    if overflow == "sat" and not no_inf:
         y = xp.where(xp.isinf(x), nan, y)  # clip made +-Inf +-max
     # the library's FP8 NaN widens to a signalling NaN: NaN inputs keep theirs (quieted), overflow gives a quiet NaN
     return xp.where(xp.isnan(y), xp.where(xp.isnan(x), x + 0.0, nan), y)
@@ -87,30 +91,16 @@ def _accumulate(library, acc, products, partials) -> None:
 
     Off the host (or for NaN-on-overflow, or on the numpy kernel path) it is one chain of array operations per block.
     Where no product is beyond 2**127 and the accumulator holds no NaN, Inf or value beyond the FP16 max (checked once
-    per call, two reductions), every sum is finite and each block's rounding is the cast alone, after the clip to
-    +-max (saturation) or with Inf made NaN (NaN-on-overflow): :func:`quantize`'s own result for finite inputs,
-    without its per-call work (a min-max pass on the host, the NaN and Inf selections on a GPU) in every block."""
+    per call, two reductions), no sum is infinite, so each block's rounding skips the range check and the selections
+    that keep infinite inputs (``quantize(..., no_inf=True)``); a NaN from an overflow then stays the quiet NaN."""
     fused = compiled.jit() if library.on_host and partials.overflow == "sat" else None
     if fused is not None:  # the numpy path's compiled accumulator, on the same memory
         compiled.accumulator(fused, partials)(library.host_view(acc), library.host_view(products))
         return
     info = partials.info
-    limit = float(info.max_value)
-    if not (_within(library, products, _FINITE_PRODUCTS) and _within(library, acc, limit)):
-        for j in range(products.shape[0]):  # NaN, Inf or huge values: the rounding's whole rule set per block
-            acc[...] = quantize(library, acc + products[j, ...], info, 0, partials.overflow)
-        return
-    xp = library.xp
-    narrow = library.narrow_dtype(info.name)
-    saturate = partials.overflow == "sat"
-    nan = xp.asarray(float("nan"), dtype=xp.float32, device=_device(library, acc))
+    no_inf = _within(library, products, _FINITE_PRODUCTS) and _within(library, acc, float(info.max_value))
     for j in range(products.shape[0]):
-        total = acc + products[j, ...]
-        if saturate:  # every finite value beyond the max rounds to it
-            acc[...] = xp.astype(xp.astype(xp.clip(total, -limit, limit), narrow), xp.float32)
-        else:  # finite overflow gives NaN, which then stays
-            rounded = xp.astype(xp.astype(total, narrow), xp.float32)
-            acc[...] = xp.where(xp.isinf(rounded), nan, rounded)
+        acc[...] = quantize(library, acc + products[j, ...], info, 0, partials.overflow, no_inf=no_inf)
 
 
 def matmul_half(library, a, b, block: int, partials):

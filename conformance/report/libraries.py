@@ -56,6 +56,13 @@ class LibraryComparison:
         return "\n".join(lines)
 
 
+def _close(a, b) -> bool:
+    """Whether two figures agree within the summation order's tolerance (equal, for what is not a number)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    return a == b
+
+
 def _relative(a: float, b: float) -> float:
     if a == b:
         return 0.0
@@ -85,8 +92,7 @@ def compare_libraries(reference: dict, other: dict) -> LibraryComparison:
             if record.get(name) != twin.get(name):
                 result.decisions.append(f"{key}: {name} {record.get(name)!r} != {twin.get(name)!r}")
         target, other_target = record.get("target"), twin.get("target")
-        if target != other_target and not (isinstance(target, (int, float)) and isinstance(other_target, (int, float))
-                                            and math.isclose(target, other_target, rel_tol=REL_TOL, abs_tol=ABS_TOL)):
+        if not _close(target, other_target):
             result.decisions.append(f"{key}: target {target!r} != {other_target!r}")
         details = {k for k in record.get("details", {}) if k not in HOST_FACTS}
         other_details = {k for k in twin.get("details", {}) if k not in HOST_FACTS}
@@ -107,6 +113,6 @@ def compare_libraries(reference: dict, other: dict) -> LibraryComparison:
         relative = _relative(value, other_value)
         if relative > result.max_relative:
             result.max_relative, result.max_relative_check = relative, key
-        if not math.isclose(value, other_value, rel_tol=REL_TOL, abs_tol=ABS_TOL):
+        if not _close(value, other_value):
             result.figures.append(f"{key}: {value!r} != {other_value!r} (relative {relative:.3g})")
     return result
