@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import heap
+from conformance.numerics import heap
 from conformance.accuracy import reference
 from conformance.datasets.cache import default_directory, weight_cache
 from conformance.datasets.user import UserInputError, load_cases
@@ -51,7 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _configure(config: pytest.Config) -> None:
     settings = settle(config.getoption)
-    heap.keep_freed_memory()  # the emulator's large temporaries reuse freed pages (conformance/heap.py)
+    heap.keep_freed_memory()  # the emulator's large temporaries reuse freed pages (conformance/numerics/heap.py)
     previous_array = arrays.active().spec
     arrays.select(settings.array)  # the emulator's numerics compute on it from here on
     config.add_cleanup(lambda: arrays.select(previous_array))  # a run inside a process (pytester) leaves it as it was

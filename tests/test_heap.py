@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 MAPPED = """
 import ctypes, sys
 import numpy as np
-from conformance import heap
+from conformance.numerics import heap
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in

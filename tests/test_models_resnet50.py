@@ -179,6 +179,32 @@ def test_sample_images_look_natural():
     assert power[:, radius < 0.125].sum() > 0.4 * power.sum()  # 1/f: ~60%; white noise: ~5%
 
 
+@pytest.mark.parametrize("channels", [3, 1])
+def test_sample_images_are_made_in_bounded_memory_and_the_same_whatever_the_chunk(monkeypatch, channels):
+    """The images are made a few at a time (their spectra are float64 complex: at once, a release profile's 2048
+    images took 15 GB); chunked or in one piece they are the same bits, and the stream goes on from the same place."""
+    import tracemalloc
+
+    from models import resnet50
+
+    config = ResNetConfig(image_size=64, num_channels=channels)
+    monkeypatch.setattr(resnet50, "IMAGE_CHUNK", 10_000)
+    whole, rng_whole = resnet50.class_samples(70, config, np.random.default_rng(3)), np.random.default_rng(3)
+    resnet50.class_samples(70, config, rng_whole)
+    monkeypatch.setattr(resnet50, "IMAGE_CHUNK", 8)
+    rng = np.random.default_rng(3)
+    tracemalloc.start()
+    try:
+        chunked = resnet50.class_samples(70, config, rng)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(whole[0].view(np.uint32), chunked[0].view(np.uint32)) and np.array_equal(whole[1], chunked[1])
+    assert rng.standard_normal() == rng_whole.standard_normal()
+    rgb = 70 * 3 * 64 * 64 * 4  # the float32 RGB images before normalisation (in one piece: 16x that)
+    assert peak < 3 * rgb, f"{peak} bytes at the peak for {rgb} bytes of RGB images"
+
+
 def test_default_config_is_resnet50():
     config = ResNetConfig()
     assert (config.embedding_size, config.hidden_sizes, config.depths, config.num_labels, config.image_size) == \

@@ -55,6 +55,7 @@ from conformance.distributed.address import check_address
 from conformance.distributed.engine import Engine, EngineError, Job, RunStats, timed_compute
 from conformance.distributed.fingerprint import suite_version
 from conformance.distributed.store import BatchStore
+from conformance.numerics import heap
 from conformance.numerics.formats import THREADS_VARIABLE
 
 CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer: its greeting, versions and client handshake
@@ -127,19 +128,21 @@ def scheduler_worker_ttl(dask_scheduler=None) -> float | None:
     return dask_scheduler.worker_ttl
 
 
-class BlasThreads(WorkerPlugin):
-    """Each local worker's BLAS threads and emulator threads, set in the worker once it runs (and in every worker that
-    replaces a lost one, which starts without the environment the cluster was made with) and BLAS's again as each task
-    starts: the environment alone is not enough where a worker process loads BLAS before it reads the environment it
-    was given (a program whose main module imports numpy), or loads another BLAS later that does not read it
-    (scipy's)."""
+class LocalWorkerSetup(WorkerPlugin):
+    """Each local worker's process set up as the suite's own: its allocator keeps freed memory as the test process's
+    does (:mod:`conformance.numerics.heap`; without it a worker spent a third of its CPU time in the kernel zeroing
+    fresh pages), and its BLAS threads and emulator threads set once it runs (and in every worker that replaces a lost
+    one, which starts without the environment the cluster was made with) and BLAS's again as each task starts: the
+    environment alone is not enough where a worker process loads BLAS before it reads the environment it was given (a
+    program whose main module imports numpy), or loads another BLAS later that does not read it (scipy's)."""
 
-    name = "conformance-blas-threads"
+    name = "conformance-local-worker"
 
     def __init__(self, threads: int):
         self.threads = threads
 
     def setup(self, worker) -> None:
+        heap.keep_freed_memory()
         os.environ[THREADS_VARIABLE] = str(self.threads)  # read by the emulator at each pass
         threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
 
@@ -335,7 +338,7 @@ class DaskEngine(Engine):
                                              dashboard_address=":0",  # a free port: never a clash
                                              silence_logs=logging.ERROR)
             self.client = Client(self._cluster, set_as_default=False)
-            self.client.register_plugin(BlasThreads(worker_blas_threads(workers or 1)))
+            self.client.register_plugin(LocalWorkerSetup(worker_blas_threads(workers or 1)))
         try:
             if self.address is not None:
                 _within(time.monotonic() + connect_timeout, connect_timeout, self._check_worker_ttl,
