@@ -57,6 +57,7 @@ from conformance.test_accuracy import AccuracyRuns
 from models import MODEL_NAMES, load_model, run_batched
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 from tests.test_dataset_criteo import criteo_lines
+from tests.test_heap import bytes_mapped_for_a_large_array
 
 SMOKE = load_profiles()["smoke"]
 REPO = Path(__file__).resolve().parents[1]
@@ -412,28 +413,11 @@ def test_each_local_worker_uses_its_share_of_the_cores_for_blas(workers):
     assert set(workers.client.run(worker_threads).values()) == {expected}
 
 
-def _bytes_mapped_for_a_large_array() -> int:
-    """The bytes glibc's malloc maps on their own (not from its heap) for a new 64 MiB array, in this process."""
-    import ctypes
-
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(field, ctypes.c_size_t) for field in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                            "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-    libc = ctypes.CDLL(None)
-    libc.mallinfo2.restype = MallInfo2
-    before = libc.mallinfo2().hblkhd
-    array = np.ones(1 << 24, np.float32)
-    mapped = libc.mallinfo2().hblkhd - before
-    del array
-    return mapped
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc on Linux")
 def test_each_local_worker_keeps_freed_memory_as_the_test_process_does(workers):
     """A worker's large arrays come from its heap: without it each one is a fresh mapping the kernel zeroes page by
     page (conformance.numerics.heap), which cost a resnet50 release run on two workers a third of its CPU time."""
-    assert set(workers.client.run(_bytes_mapped_for_a_large_array).values()) == {0}
+    assert set(workers.client.run(bytes_mapped_for_a_large_array).values()) == {0}
 
 
 @pytest.mark.parametrize("name", ["widedeep", "conformer"])

@@ -10,22 +10,32 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+def bytes_mapped_for_a_large_array() -> int:
+    """The bytes glibc's malloc maps on their own (not from its heap) for a new 64 MiB array, in this process."""
+    import ctypes
+
+    import numpy as np
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                         "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    before = libc.mallinfo2().hblkhd  # bytes in blocks mapped on their own
+    array = np.ones(1 << 24, np.float32)
+    mapped = libc.mallinfo2().hblkhd - before
+    del array
+    return mapped
+
+
 MAPPED = """
-import ctypes, sys
-import numpy as np
+import sys
 from conformance.numerics import heap
+from tests.test_heap import bytes_mapped_for_a_large_array
 
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-libc = ctypes.CDLL(None)
-libc.mallinfo2.restype = MallInfo2
 kept = heap.keep_freed_memory() if sys.argv[1] == "kept" else None
-before = libc.mallinfo2().hblkhd  # bytes in blocks mapped on their own
-array = np.ones(1 << 24, np.float32)  # 64 MiB
-print(kept, libc.mallinfo2().hblkhd - before)
+print(kept, bytes_mapped_for_a_large_array())
 """
 
 
