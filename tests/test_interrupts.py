@@ -204,10 +204,7 @@ def test_a_signal_during_accuracy_batches_on_workers_stops_within_seconds_and_st
     process = subprocess.Popen([sys.executable, "-m", "pytest", "conformance/", "--hardware", "ipu", "--model",
                                 "conformer", "--profile", "smoke", "--samples", "conformer=64", "-k",
                                 "accuracy and fp16 and not half", "--workers", "1", "--cache-dir", str(cache),
-                                "--report-dir", str(report), "-p", "no:randomly", "-p", "no:cacheprovider",
-                                # Hypothesis's pytest plugin (a dependency of these tests, not of the suite) imports
-                                # all of Hypothesis at every run's end: seconds where bytecode is not cached
-                                "-p", "no:hypothesispytest"],
+                                "--report-dir", str(report), "-p", "no:randomly", "-p", "no:cacheprovider"],
                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                preexec_fn=_default_sigint)
     lines: list[str] = []

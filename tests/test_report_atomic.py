@@ -208,7 +208,7 @@ def test_sigterm_after_a_test_finished_keeps_the_complete_report_and_puts_the_pa
     monkeypatch.setenv("TERM_AT", "other")
     for name in ("interrupted", "interrupted again"):
         monkeypatch.setenv("RUN_NAME", name)
-        result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
+        result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
         assert result.ret == pytest.ExitCode.INTERRUPTED
         result.stdout.fnmatch_lines(["report: this interrupted run's partial report is in out.interrupted/; the "
                                      "complete report in out/ is unchanged"])
@@ -221,7 +221,7 @@ def test_sigterm_after_a_test_finished_keeps_the_complete_report_and_puts_the_pa
 
     (suite.path / "out.interrupted").rename(suite.path / "partial")
     (suite.path / "out.interrupted").write_text("a file of the user's")  # not a report: never replaced
-    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["report: NOT written: this interrupted run's partial report could not be put beside "
                                  "the complete one (out.interrupted: exists and is not a report directory); the "
@@ -229,14 +229,14 @@ def test_sigterm_after_a_test_finished_keeps_the_complete_report_and_puts_the_pa
     assert snapshot(suite.path / "out") == before
     assert (suite.path / "out.interrupted").read_text() == "a file of the user's"
     assert leftovers(suite) == []
-    result = suite.runpytest_subprocess("--report-dir", "partial", "-p", "no:randomly", *FAST)
+    result = suite.runpytest_subprocess("--report-dir", "partial", "-p", "no:randomly")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["report: partial/ (results.json, *"])
     assert (suite.path / "partial" / "loadgen" / "case" / "log.txt").read_text() == "interrupted again"
     assert not (suite.path / "partial.interrupted").exists()
 
     monkeypatch.setenv("TERM_AT", "accuracy")
-    assert suite.runpytest_subprocess("--report-dir", "fresh", "-p", "no:randomly", *FAST).ret == pytest.ExitCode.INTERRUPTED
+    assert suite.runpytest_subprocess("--report-dir", "fresh", "-p", "no:randomly").ret == pytest.ExitCode.INTERRUPTED
     results = json.loads((suite.path / "fresh" / "results.json").read_text())
     assert results["interrupted"] and results["tests"] == [] and results["exit_status"] == 2
 
@@ -463,9 +463,6 @@ def test_report_command_write_errors_are_exit_3(tmp_path, capsys, monkeypatch):
     assert "ipu-conformance report: internal error" in capsys.readouterr().err
 
 
-FAST = ("-p", "no:hypothesispytest")  # in-process runs import Hypothesis afresh for its summary line: seconds each
-
-
 class _Interrupter:
     """Raises KeyboardInterrupt (as a SIGINT or SIGTERM handler does) before or after the ``step``-th step of writing
     and swapping in a report: each file written, each rename, exchange, link, lock, chmod and removal."""
@@ -539,7 +536,7 @@ def test_an_interrupt_at_each_step_of_the_swap_is_told_as_the_disk_holds_it(suit
         step += 1
         interrupter.arm(step)
         try:
-            result = suite.runpytest("--report-dir", "out", *FAST)
+            result = suite.runpytest("--report-dir", "out")
         except KeyboardInterrupt:  # pragma: no cover - the run must have handled it
             pytest.fail(f"step {step} ({when}): the interrupt escaped the run")
         if interrupter.count < step:  # every step done without an interrupt: the run is over
@@ -575,7 +572,7 @@ def test_sigterm_just_as_the_report_is_swapped_in_is_held_until_the_swap_is_done
     first_report(suite, monkeypatch)
     monkeypatch.setenv("TERM_IN_SWAP", when)
     monkeypatch.setenv("RUN_NAME", "new")
-    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly", *FAST)
+    result = suite.runpytest_subprocess("--report-dir", "out", "-p", "no:randomly")
     results = json.loads((suite.path / "out" / "results.json").read_text())
     assert (suite.path / "out" / "loadgen" / "case" / "log.txt").read_text() == "new"
     assert result.ret == results["exit_status"] == 0

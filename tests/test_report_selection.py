@@ -11,7 +11,7 @@ import pytest
 
 from conformance.report import render, verify
 from tests.sample_results import sample_results
-from tests.test_report_atomic import CONFTEST, FAST, SUITE
+from tests.test_report_atomic import CONFTEST, SUITE
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def suite(pytester, monkeypatch):
 
 
 def test_a_narrowed_run_records_its_selection_and_reads_partial(suite):
-    result = suite.runpytest("--report-dir", "out", "-k", "accuracy", *FAST)
+    result = suite.runpytest("--report-dir", "out", "-k", "accuracy")
     assert result.ret == 0
     results = json.loads((suite.path / "out" / "results.json").read_text())
     assert results["settings"]["selection"] == {"keyword": "accuracy", "markers": None, "selected": 1,
@@ -38,7 +38,7 @@ def test_a_narrowed_run_records_its_selection_and_reads_partial(suite):
     assert "PASS (partial: 1 test deselected)" in compliance and "-k 'accuracy'" in compliance
     assert "PASS (partial: 1 test deselected)" in (suite.path / "out" / "results.html").read_text()
 
-    whole = suite.runpytest("--report-dir", "all", *FAST)
+    whole = suite.runpytest("--report-dir", "all")
     assert whole.ret == 0
     results = json.loads((suite.path / "all" / "results.json").read_text())
     assert results["settings"]["selection"] == {"keyword": None, "markers": None, "selected": 2, "deselected": 0,
