@@ -11,13 +11,6 @@ if sys.version_info < (3, 12):
     # snapshots sys.meta_path and sys.modules, so that every later run still finds the suite's pytest11 entry point.
     import importlib_metadata  # noqa: F401
 
-try:  # torch's compiler registers operator libraries in C++ once per process: an in-process pytest run that imports it
-    # first would drop the modules when it restores sys.modules, and the next import would register them again (an
-    # error); imported here, before any such run, the modules stay
-    import torch._dynamo  # noqa: F401
-except ImportError:  # torch is an optional extra
-    pass
-
 from conformance.datasets.cache import CACHE_VARIABLE, WEIGHT_CACHE_VARIABLE
 
 pytest_plugins = ["pytester"]
@@ -68,6 +61,18 @@ def pytest_configure(config):
 
 
 NO_HYPOTHESIS = "-p no:hypothesispytest"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_compiler_imported_once():
+    """torch's compiler registers operator libraries in C++ once per process: an in-process pytest run that imported
+    it first would drop the modules when it restores sys.modules, and the next import would register them again (an
+    error). Imported before the first test, the modules stay. Not at import (3 s): the processes that run no test
+    (the xdist controller, ``pytest --help``) never import it."""
+    try:
+        import torch._dynamo  # noqa: F401
+    except ImportError:  # torch is an optional extra
+        pass
 
 
 @pytest.fixture(scope="session", autouse=True)

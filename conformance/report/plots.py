@@ -86,6 +86,15 @@ def bin_edges(values: np.ndarray, max_bins: int = MAX_BINS) -> np.ndarray:
     return edges
 
 
+def _plain_log_labels(axis) -> None:
+    """Tick labels of a log axis as plain text (100, 1e+05) instead of matplotlib's mathtext powers of ten, whose
+    parser costs about a fifth of drawing a histogram figure."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+
+
 def _png(fig, canvas_cls) -> bytes:
     canvas_cls(fig)
     buffer = io.BytesIO()
@@ -126,6 +135,7 @@ def histograms_png(key: str, outputs: dict[str, tuple[np.ndarray, np.ndarray]], 
             counts, _ = np.histogram(values, bins=edges)  # one filled outline, not a patch per bin: the same picture
             ax.stairs(counts, edges, fill=True, color=color, alpha=0.75)
             ax.set_yscale("log")
+            _plain_log_labels(ax.yaxis)
             ax.set_xlabel(f"{label} ({edges.size - 1} bins)")
             ax.set_ylabel("count")
             ax.grid(True, alpha=0.3)
