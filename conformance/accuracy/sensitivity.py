@@ -157,8 +157,12 @@ def _fault_case(study: _Study, precision: str, fault, gates, reference_sets, bas
 def _case(study: _Study, precision: str, faults, log) -> dict:
     gates = _gates(study.name, precision)
     start = time.perf_counter()
+    others = sorted(accuracy_targets.reference_precisions(gates))
+    runs = [p for p in (*others, precision) if p not in study._clean]
+    if runs:
+        log(f"sensitivity {study.name} {precision}: the correct emulator at {', '.join(runs)} ...")
     reference_sets = {"fp32": study.metrics(study.reference)}
-    for other in sorted(accuracy_targets.reference_precisions(gates)):
+    for other in others:
         reference_sets[other] = study.clean(other)[1]
     baseline = evaluate(gates, study.clean(precision)[1], reference_sets)
     case = {"model": study.name, "precision": precision, "samples": study.count, "batch_size": study.batch_size,
@@ -168,6 +172,8 @@ def _case(study: _Study, precision: str, faults, log) -> dict:
     log(f"sensitivity {study.name} {precision}: baseline {'fails ' + ', '.join(failing) if failing else 'passes'} "
         f"({case['baseline_seconds']:.1f} s)")
     for fault in faults:
+        if not fault.applies(study.backend.policy(precision), study.backend.fp8_settings.get(study.name)):
+            log(f"sensitivity {study.name} {precision} {fault.name}: running ...")
         entry = _fault_case(study, precision, fault, gates, reference_sets, baseline)
         case["faults"].append(entry)
         if entry["status"] != "n/a":
@@ -193,6 +199,7 @@ def run(models, precisions=None, faults=None, profile: str = "smoke", *, log: Ca
         pairs = [p for m, p in cases_for([name], precisions)]
         if not pairs:
             continue
+        log(f"sensitivity {name}: the model and the FP32 outputs of {profile_data.samples[name]} samples ...")
         try:
             study = _Study(name, profile_data, backend)
         except reference.ReferenceError as exc:  # e.g. stale stored outputs: the other models still run
