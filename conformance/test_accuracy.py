@@ -91,11 +91,13 @@ class AccuracyRuns:
             workers, cluster = self.settings.workers, self.settings.cluster
             distributed = workers is not None or cluster is not None
             # the settings made the cache directory (writable) for a distributed run
-            self._engine = make_engine(workers, cluster, BatchStore(self.settings.cache_dir) if distributed else None)
+            self._engine = make_engine(workers, cluster, BatchStore(self.settings.cache_dir) if distributed else None,
+                                       array=self.settings.array)
             if distributed and self.progress is not None:
                 dashboard = self._engine.dashboard
-                self.progress(f"accuracy batches run on {self._engine.where} ({self._engine.workers} workers, batches "
-                              f"kept in {self._engine.store.directory}); "
+                devices = f" computing on {', '.join(self._engine.devices)}" if self._engine.devices else ""
+                self.progress(f"accuracy batches run on {self._engine.where} ({self._engine.workers} workers{devices}, "
+                              f"batches kept in {self._engine.store.directory}); "
                               + (f"dashboard: {dashboard}" if dashboard else "no dashboard (it needs bokeh where the "
                                  "scheduler runs)"))
         return self._engine
@@ -189,7 +191,7 @@ class AccuracyRuns:
                 "local_errors": run.local_errors,
                 "prepared": prepared,
                 "details": run.details,
-                "engine": run.stats.as_dict(),
+                "engine": {**run.stats.as_dict(), "devices": run.devices},
                 "calibration_s": calibrated - start,
                 "run_s": time.perf_counter() - calibrated,
             }

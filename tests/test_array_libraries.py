@@ -55,6 +55,15 @@ def test_a_library_is_named_name_colon_device(spec, expected):
     assert arrays.parse(spec).spec == expected
 
 
+@pytest.mark.parametrize("spec, worker, devices, expected", [
+    ("torch:cuda", 0, 2, "torch:cuda:0"), ("torch:cuda", 3, 2, "torch:cuda:1"), ("torch:cuda", 1, 1, "torch:cuda:0"),
+    ("torch:cuda", None, 2, "torch:cuda"),  # not a local worker: the device its process sees first
+    ("torch:cuda:1", 0, 2, "torch:cuda:1"), ("torch:cpu", 1, 2, "torch:cpu"), ("numpy", 1, 2, "numpy"),
+    ("torch:cuda", 1, 0, "torch:cuda")])
+def test_each_local_worker_computes_on_a_device_of_its_own(spec, worker, devices, expected):
+    assert arrays.spread(spec, worker, devices) == expected
+
+
 @pytest.mark.parametrize("spec, says", [
     ("cupy", "unknown array library 'cupy'"), ("", "unknown array library ''"), ("torch:gpu", "unknown torch device"),
     ("torch:cuda:x", "unknown torch device 'cuda:x'"), ("numpy:cpu", "numpy runs on the host only"),

@@ -319,9 +319,9 @@ def test_a_tls_scheduler_is_reached_with_the_certificates_dasks_configuration_na
 
 
 def test_the_accuracy_runs_take_their_engine_from_the_settings(tmp_path):
-    serial = AccuracyRuns(SimpleNamespace(cache_dir=None, workers=None, cluster=None), None, None, {}, None)
+    serial = AccuracyRuns(SimpleNamespace(cache_dir=None, workers=None, cluster=None, array="numpy"), None, None, {}, None)
     assert type(serial.engine()) is Engine and serial.engine().store is None  # as without the engine: nothing stored
-    runs = AccuracyRuns(SimpleNamespace(cache_dir=tmp_path, workers=1, cluster=None), None, None, {}, None)
+    runs = AccuracyRuns(SimpleNamespace(cache_dir=tmp_path, workers=1, cluster=None, array="numpy"), None, None, {}, None)
     try:
         engine = runs.engine()
         assert isinstance(engine, DaskEngine) and engine.workers == 1 and runs.engine() is engine
@@ -822,6 +822,32 @@ def _main_job(tmp_path: Path, name: str, *options: str) -> dict:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = json.loads((report / "results.json").read_text())["records"]
     return {"records": {r["id"]: r for r in records if r["kind"] == "accuracy"}, "output": done.stdout}
+
+
+def test_workers_compute_on_the_runs_array_library(tmp_path):
+    """``--array torch:cpu --workers 2`` gives the records of a serial ``--array torch:cpu`` run (its batches kept
+    apart from numpy's), and each record says what computed its batches."""
+    pytest.importorskip("torch")
+    serial = _main_job(tmp_path, "serial", "--array", "torch:cpu")
+    spread = _main_job(tmp_path, "workers", "--array", "torch:cpu", "--workers", "2", "--cache-dir", str(tmp_path / "c"))
+    assert serial["records"] and sorted(serial["records"]) == sorted(spread["records"])
+    for key, record in serial["records"].items():
+        assert _figures(spread["records"][key]) == _figures(record), key
+        assert record["details"]["array"] == spread["records"][key]["details"]["array"] == "torch:cpu"
+        assert (record["details"]["engine"]["devices"] == spread["records"][key]["details"]["engine"]["devices"]
+                == ["torch:cpu"])
+    assert "accuracy batches run on the local cluster (2 workers computing on torch:cpu, " in spread["output"]
+    numpy = _main_job(tmp_path, "numpy", "--workers", "2", "--cache-dir", str(tmp_path / "c"))
+    assert all(r["details"]["engine"]["from_store"] == 0 for r in numpy["records"].values())  # not torch's batches
+
+
+def test_workers_that_cannot_compute_on_the_array_library_are_named_before_any_batch():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    with pytest.raises(EngineError, match=r"1 of 1 workers of the local cluster cannot compute on --array torch:cuda "
+                                          r"\(.*no CUDA device is available"):
+        make_engine(workers=1, array="torch:cuda").close()
 
 
 def _figures(record: dict) -> dict:

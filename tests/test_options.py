@@ -85,8 +85,6 @@ BAD_OPTIONS = [
     ("array-unknown", ["--array", "jax"], {}, "*argument --array: unknown array library 'jax'*expected one of: numpy, torch*"),
     ("array-device-unknown", ["--array", "torch:tpu"], {}, "*argument --array: unknown torch device 'tpu'*"),
     ("array-numpy-device", ["--array", "numpy:cuda"], {}, "*argument --array: numpy runs on the host only*"),
-    ("array-with-workers", ["--workers", "2", "--array", "torch:cpu"], {},
-     "*--array torch:cpu runs the emulator in the test's process; it does not go with --workers 2*"),
     ("array-with-numpy-kernels", ["--array", "torch:cpu"], {"CONFORMANCE_KERNELS": "numpy"},
      "*--array torch:cpu and CONFORMANCE_KERNELS=numpy: the numpy kernel path (the oracle) computes on numpy*"),
     ("workers-cache-dir-file", ["--workers", "2", "--cache-dir", "binary.txt"], {},

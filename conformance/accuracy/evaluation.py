@@ -192,6 +192,7 @@ class HardwareWork:
 
     model: object
     prepared: object
+    array: str = arrays.DEFAULT  # the library the run selected (--array); a local worker may take a device of its own
 
     def ops(self):
         if self.__dict__.get("_ops") is None:
@@ -199,16 +200,17 @@ class HardwareWork:
         return self.__dict__["_ops"]
 
     def __getstate__(self):
-        return {"model": self.model, "prepared": self.prepared}
+        return {"model": self.model, "prepared": self.prepared, "array": self.array}
 
 
 def hardware_batch(work: HardwareWork, inputs: dict, options: dict) -> tuple[dict, dict]:
     """One batch of a hardware run (a task of the engine): its outputs, and as extras what the run used so far
     (``prepared.details``: FP8 scales) and with the ``probe`` option the local errors."""
-    ops = work.ops()
-    probe = bool(options.get("probe")) and getattr(work.prepared, "per_op", True)
-    outputs, local = _forward(work.prepared.forward, inputs, ops, probe)
-    extras = {"details": work.prepared.details(ops)}
+    with arrays.use(arrays.for_this_process(work.array)) as library:
+        ops = work.ops()
+        probe = bool(options.get("probe")) and getattr(work.prepared, "per_op", True)
+        outputs, local = _forward(work.prepared.forward, inputs, ops, probe)
+    extras = {"details": work.prepared.details(ops), "device": arrays.describe(library)}
     if local is not None:
         extras["local_errors"] = local
     return outputs, extras
@@ -220,6 +222,7 @@ class HardwareRun:
     local_errors: list | None  # with the probe: (op kind, op name, local bias, elements) of each erring op
     details: dict  # prepared.details of the run: the union over its batches
     stats: RunStats
+    devices: list[str] = field(default_factory=list)  # what computed its batches (arrays.describe), each once
 
 
 def merge_details(parts: list[dict], where: str = "details") -> dict:
@@ -243,13 +246,17 @@ def run_on_engine(engine: Engine, name: str, model, prepared, inputs: Inputs, ba
     ops sent to each worker once; batches the engine's store has are read, not computed), assembled in batch order.
     ``name`` names the run (model and precision) in the store and in messages; ``progress`` takes the run's
     progress lines (:class:`conformance.distributed.Progress`)."""
-    work = HardwareWork(model, prepared)
-    identity = fingerprint((model, prepared)) if engine.store is not None else ""
+    library = arrays.active()
+    work = HardwareWork(model, prepared, library.spec)
+    # batches computed on another library are kept apart from numpy's (the same bits only up to FP32 sums' order)
+    state = (model, prepared) if library.is_numpy else (model, prepared, library.spec)
+    identity = fingerprint(state) if engine.store is not None else ""
     results, stats = engine.run(Job(name, work, hardware_batch, identity), inputs,
                                 hardware_batches(inputs, batch_size, probe), progress)
     outputs = {k: np.concatenate([r[0][k] for r in results]) for k in results[0][0]}
     local = [tuple(e) for e in results[0][1]["local_errors"]] if "local_errors" in results[0][1] else None
-    return HardwareRun(outputs, local, merge_details([r[1]["details"] for r in results]), stats)
+    devices = sorted({r[1]["device"] for r in results if r[1].get("device")})  # batches kept before had none
+    return HardwareRun(outputs, local, merge_details([r[1]["details"] for r in results]), stats, devices)
 
 
 def reference_batch(model, inputs: dict, options: dict) -> tuple[dict, dict]:

@@ -16,9 +16,12 @@ from conformance.distributed.source import BatchSource, Inputs, pick, row_count,
 from conformance.distributed.store import BatchStore
 
 
-def make_engine(workers: int | None = None, cluster: str | None = None, store: BatchStore | None = None) -> Engine:
+def make_engine(workers: int | None = None, cluster: str | None = None, store: BatchStore | None = None,
+                array: str = "numpy") -> Engine:
     """``serial`` without ``workers`` and ``cluster``; ``workers`` local worker processes; or the cluster at the
-    address ``cluster`` (not both: an EngineError)."""
+    address ``cluster`` (not both: an EngineError). ``array``: the array library the batches compute on, which
+    every worker must be able to load (each local worker on a GPU of its own where the library names a device kind
+    without an index: :func:`conformance.numerics.arrays.spread`)."""
     if workers is not None and cluster is not None:
         raise EngineError(f"--workers {workers} and --cluster {cluster}: give one of them (local workers or a running "
                           "cluster), not both")
@@ -27,7 +30,7 @@ def make_engine(workers: int | None = None, cluster: str | None = None, store: B
     if workers is None and cluster is None:
         return Engine(store)
     from conformance.distributed.cluster import DaskEngine  # deferred: a serial run never imports Dask
-    return DaskEngine(workers=workers, address=cluster, store=store)
+    return DaskEngine(workers=workers, address=cluster, store=store, array=array)
 
 
 def __getattr__(name: str):

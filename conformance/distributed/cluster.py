@@ -55,7 +55,7 @@ from conformance.distributed.address import check_address
 from conformance.distributed.engine import Engine, EngineError, Job, RunStats, timed_compute
 from conformance.distributed.fingerprint import suite_version
 from conformance.distributed.store import BatchStore
-from conformance.numerics import heap
+from conformance.numerics import arrays, heap
 from conformance.numerics.formats import THREADS_VARIABLE
 
 CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer: its greeting, versions and client handshake
@@ -87,6 +87,15 @@ def blas_differences(mine: dict[str, list], theirs: dict[str, list]) -> dict[str
     """The BLAS libraries loaded in both processes that differ (a library loaded in one only is not used by the
     other: scipy's, when only this process imported scipy)."""
     return {name: (mine[name], theirs[name]) for name in sorted(set(mine) & set(theirs)) if mine[name] != theirs[name]}
+
+
+def library_here(spec: str) -> dict:
+    """What this process computes on when the run selected array library ``spec`` (run on each worker):
+    ``{"device": ...}`` (:func:`conformance.numerics.arrays.describe`), or ``{"error": ...}`` saying why it cannot."""
+    try:
+        return {"device": arrays.describe(arrays.load(arrays.for_this_process(spec)))}
+    except arrays.ArrayLibraryError as exc:
+        return {"error": str(exc)}
 
 
 def worker_version() -> dict:
@@ -131,7 +140,9 @@ def scheduler_worker_ttl(dask_scheduler=None) -> float | None:
 class LocalWorkerSetup(WorkerPlugin):
     """Each local worker's process set up as the suite's own: its allocator keeps freed memory as the test process's
     does (:mod:`conformance.numerics.heap`; without it a worker spent a third of its CPU time in the kernel zeroing
-    fresh pages), and its BLAS threads and emulator threads set once it runs (and in every worker that replaces a lost
+    fresh pages), it knows its index among the local workers (each computes on a device of its own where the run's
+    array library names a device kind without an index: :func:`conformance.numerics.arrays.spread`), and its BLAS
+    threads and emulator threads set once it runs (and in every worker that replaces a lost
     one, which starts without the environment the cluster was made with) and BLAS's again as each task starts: the
     environment alone is not enough where a worker process loads BLAS before it reads the environment it was given (a
     program whose main module imports numpy), or loads another BLAS later that does not read it (scipy's)."""
@@ -143,6 +154,8 @@ class LocalWorkerSetup(WorkerPlugin):
 
     def setup(self, worker) -> None:
         heap.keep_freed_memory()
+        # a local cluster names its workers 0..N-1: a device kind without an index means the worker's own device
+        arrays.set_local_worker(worker.name if isinstance(worker.name, int) else None)
         os.environ[THREADS_VARIABLE] = str(self.threads)  # read by the emulator at each pass
         threadpoolctl.threadpool_limits(limits=self.threads, user_api="blas")
 
@@ -307,8 +320,10 @@ class DaskEngine(Engine):
     kind = "dask"
 
     def __init__(self, workers: int | None = None, address: str | None = None, store: BatchStore | None = None,
-                 connect_timeout: float | None = None):
+                 connect_timeout: float | None = None, array: str = arrays.DEFAULT):
         super().__init__(store)
+        self.array = array
+        self.devices: list[str] = []  # what the workers compute on, when it is not numpy
         connect_timeout = CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout
         self.address = check_address(address) if address is not None else None
         self._cluster = None
@@ -350,6 +365,9 @@ class DaskEngine(Engine):
                                   f"them with `dask worker {self.address or 'ADDRESS'}`") from None
             _within(time.monotonic() + connect_timeout * 3, connect_timeout * 3, self._check_versions,
                     f"asking the workers of {self.where} for their versions")
+            if not arrays.parse(array).is_numpy:
+                _within(time.monotonic() + connect_timeout * 3, connect_timeout * 3, self._check_library,
+                        f"asking the workers of {self.where} for array library {array}")
         except BaseException:
             self.close()
             raise
@@ -390,6 +408,17 @@ class DaskEngine(Engine):
             raise EngineError(f"{len(other)} of {len(theirs)} workers of {self.where} run another BLAS than this "
                               f"process ({worker}: {shown}), so their FP32 ops would not give the same bits; start "
                               "them with the same numpy build on the same kind of CPU")
+
+    def _check_library(self) -> None:
+        """Every worker can compute on the run's array library (an EngineError naming those that cannot); keeps
+        what each computes on (:attr:`devices`)."""
+        found = self.client.run(library_here, self.array)
+        failed = {worker: f["error"] for worker, f in found.items() if "error" in f}
+        if failed:
+            worker, error = sorted(failed.items())[0]
+            raise EngineError(f"{len(failed)} of {len(found)} workers of {self.where} cannot compute on --array "
+                              f"{self.array} ({worker}: {error})")
+        self.devices = sorted({f["device"] for f in found.values()})
 
     @property
     def where(self) -> str:

@@ -221,6 +221,43 @@ def load(spec: str) -> ArrayLibrary:
 
 _lock = threading.Lock()
 _selected: ArrayLibrary = NUMPY
+_local_worker: int | None = None  # this process's index among a run's local worker processes (set_local_worker)
+
+
+def set_local_worker(index: int | None) -> None:
+    """Say that this process is local worker ``index`` of a run (None: it is not): a device kind without an index
+    then means a device of its own (:func:`for_this_process`)."""
+    global _local_worker
+    _local_worker = index
+
+
+def spread(spec: str, worker: int | None, devices: int) -> str:
+    """The library local worker ``worker`` computes on when the run selected ``spec``: a device kind without an index
+    (``torch:cuda``) becomes device ``worker mod devices`` (each worker a GPU of its own while there are as many);
+    an indexed device, the host, numpy, or a process that is no local worker (``worker`` None: the run's own, or a
+    cluster's worker, whose first visible device its launcher chose, as dask-cuda does) keep ``spec``."""
+    library = parse(spec)
+    if worker is None or library.device != "cuda" or devices < 1:
+        return library.spec
+    return f"{library.name}:cuda:{worker % devices}"
+
+
+def for_this_process(spec: str) -> str:
+    """:func:`spread` for this process (a local worker, or not), with the devices the library sees here."""
+    library = parse(spec)
+    if _local_worker is None or library.device != "cuda":
+        return library.spec
+    return spread(spec, _local_worker, load(spec).module.cuda.device_count())
+
+
+def describe(library: ArrayLibrary) -> str:
+    """What computed on ``library`` here, for the records: ``numpy``, ``torch:cpu``, ``torch:cuda:1 (NVIDIA H100 80GB
+    HBM3)`` (the GPU's model: the same kind of device gives the same bits)."""
+    if library.device is None or not library.device.startswith("cuda"):
+        return library.spec
+    cuda = library.module.cuda
+    index = int(library.device.partition(":")[2] or cuda.current_device())
+    return f"{library.name}:cuda:{index} ({cuda.get_device_name(index)})"
 
 
 def active() -> ArrayLibrary:

@@ -66,7 +66,8 @@ def check_runnable(settings: RunSettings) -> None:
 def check_engine(settings: RunSettings, processes=None) -> None:
     """``--workers`` and ``--cluster`` against pytest-xdist's ``-n`` (``processes``: each of its processes would
     start workers of its own), and a ``--cluster`` that answers with workers running this suite's sources and BLAS
-    (connected to once, here; the accuracy tests connect again)."""
+    and able to compute on ``--array`` (connected to once, here; the accuracy tests connect again). Local workers
+    share this machine's packages and devices, which ``--array`` was checked against."""
     if settings.workers is None and settings.cluster is None:
         return
     given = f"--workers {settings.workers}" if settings.workers is not None else f"--cluster {settings.cluster}"
@@ -76,6 +77,6 @@ def check_engine(settings: RunSettings, processes=None) -> None:
                             "alone to spread whole tests)")
     if settings.cluster is not None:
         try:
-            distributed.DaskEngine(address=settings.cluster).close()  # Dask is imported here, only for a cluster
+            distributed.DaskEngine(address=settings.cluster, array=settings.array).close()  # Dask is imported here, only for a cluster
         except distributed.EngineError as exc:
             raise SettingsError(str(exc)) from None

@@ -395,20 +395,15 @@ def check_cluster(address: str | None, settled: Settled) -> str | None:
 
 
 def check_array(spec: str, settled: Settled) -> str:
-    """``--array``: a known library whose package imports and whose device is present; the accuracy batches then
-    run in the test's process (the workers' cache of batches is numpy's)."""
+    """``--array``: a known library whose package imports and whose device is present here (with ``--workers`` or
+    ``--cluster`` the workers are asked too, as the engine starts)."""
     try:
         library = arrays.load(spec)
     except arrays.ArrayLibraryError as exc:
         raise SettingsError(f"--array {spec}: {exc}") from None
-    engine = ("--workers", settled.fields["workers"]) if settled.fields["workers"] is not None else (
-        ("--cluster", settled.fields["cluster"]) if settled.fields["cluster"] is not None else None)
     if not library.is_numpy and configured_path() == "numpy":
         raise SettingsError(f"--array {library.spec} and {KERNELS_VARIABLE}=numpy: the numpy kernel path (the oracle) "
                             "computes on numpy; unset the variable or leave --array out")
-    if not library.is_numpy and engine is not None:
-        raise SettingsError(f"--array {library.spec} runs the emulator in the test's process; it does not go with "
-                            f"{engine[0]} {engine[1]} (workers compute on numpy)")
     return library.spec
 
 
