@@ -76,7 +76,7 @@ def check_engine(settings: RunSettings, processes=None) -> None:
                             f"workers of its own (use {given.split()[0]} alone to spread the accuracy batches, or -n "
                             "alone to spread whole tests)")
     if settings.cluster is not None:
-        try:
-            distributed.DaskEngine(address=settings.cluster, array=settings.array).close()  # Dask is imported here, only for a cluster
+        try:  # Dask is imported here, only for a cluster
+            distributed.DaskEngine(address=settings.cluster, array=settings.array).close()
         except distributed.EngineError as exc:
             raise SettingsError(str(exc)) from None
