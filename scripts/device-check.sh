@@ -7,7 +7,9 @@
 #      verdict equal, the figures within the FP32 summation order's tolerance). The numpy run is made here unless
 #      NUMPY_RESULTS names its results.json, made on another machine from the same commit;
 #   3. a slice of the release profile's accuracy work per model timed on torch:cuda (and resnet50's on numpy beside
-#      it): each record's run_s over its samples gives the rate a release-profile estimate uses.
+#      it): each record's run_s over its samples gives the rate a release-profile estimate uses;
+#   4. widedeep's and conformer's smoke accuracy tests on two local Dask workers computing on the library (one GPU
+#      each where there are two), and the devices each record lists.
 # Every step's output goes to OUT (default: out/device-check), steps.txt lists each step's exit status and time; the
 # script's exit status is 1 when any step failed. Each step has a time limit (STEP_LIMIT_S, default 240 s); ARRAY names
 # the library checked (default torch:cuda), MODELS a comma-separated choice of models (default: all six).
@@ -59,4 +61,10 @@ step "release-slice-$tag" pytest conformance/ -k test_accuracy --hardware ipu --
     --array "$array" "${models[@]}" --report-dir "$out/release-slice-$tag" -q -p no:cacheprovider
 [[ -z "${MODELS:-}" || ",$MODELS," == *",resnet50,"* ]] && step release-slice-resnet50-numpy pytest conformance/ -k test_accuracy --hardware ipu --profile release --model resnet50 \
     --samples resnet50=64 --array numpy --report-dir "$out/release-slice-resnet50-numpy" -q -p no:cacheprovider
+step "workers-$tag" pytest conformance/ -k test_accuracy --hardware ipu --profile smoke --model widedeep,conformer \
+    --array "$array" --workers 2 --cache-dir "$out/workers-cache" --report-dir "$out/workers-$tag" -q -p no:cacheprovider
+step workers-devices python -c "import json, sys
+records = json.load(open(sys.argv[1]))['records']
+print(sorted({(r['model'], r['precision'], tuple(r['details']['engine']['devices'])) for r in records if r['kind'] == 'accuracy'}))" \
+    "$out/workers-$tag/results.json"
 exit "$status"
