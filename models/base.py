@@ -128,6 +128,11 @@ class Model:
             moved[key] = (self.params, arrays.ParamsOn(self.params, x))
         return moved[key][1]
 
+    def __getstate__(self) -> dict:
+        """The model without its parameters' copies on other devices (:meth:`params_like`): a worker it is sent to,
+        and its fingerprint, get what defines it; a worker moves the parameters to its own device."""
+        return {k: v for k, v in self.__dict__.items() if k != "_params_on"}
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"
 

@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -51,6 +52,7 @@ from conformance.datasets.user import load_cases
 from conformance.distributed import cluster as cluster_module
 from conformance.distributed import engine as engine_module
 from conformance.hardware import get_backend
+from conformance.numerics import arrays
 from conformance.numerics.formats import worker_threads
 from conformance.targets.profiles import load_profiles
 from conformance.test_accuracy import AccuracyRuns
@@ -837,8 +839,29 @@ def test_workers_compute_on_the_runs_array_library(tmp_path):
         assert (record["details"]["engine"]["devices"] == spread["records"][key]["details"]["engine"]["devices"]
                 == ["torch:cpu"])
     assert "accuracy batches run on the local cluster (2 workers computing on torch:cpu, " in spread["output"]
-    numpy = _main_job(tmp_path, "numpy", "--workers", "2", "--cache-dir", str(tmp_path / "c"))
-    assert all(r["details"]["engine"]["from_store"] == 0 for r in numpy["records"].values())  # not torch's batches
+
+
+def test_batches_computed_on_another_array_library_are_kept_apart_from_numpys(tmp_path):
+    pytest.importorskip("torch")
+    model, prepared, inputs, _ = _case("widedeep", "fp16")
+    store = BatchStore(tmp_path)
+
+    def run():
+        return run_on_engine(Engine(store), "widedeep-fp16", model, prepared, inputs, 512, probe=False)
+
+    before = fingerprint(model)
+    with arrays.use("torch:cpu"):
+        first = run()
+    assert first.devices == ["torch:cpu"] and first.stats.computed == first.stats.batches > 1
+    model.params_like(arrays.load("torch:cpu").asarray(np.zeros(1, np.float32)))  # its parameters' copies on torch
+    assert "_params_on" in vars(model) and "_params_on" not in vars(pickle.loads(pickle.dumps(model)))
+    assert fingerprint(model) == before  # the copies are not what defines it
+    numpy = run()
+    assert numpy.devices == ["numpy"] and numpy.stats.stored == 0  # computed: torch's batches are not numpy's
+    with arrays.use("torch:cpu"):
+        again = run()
+    assert again.stats.stored == again.stats.batches and again.devices == ["torch:cpu"]
+    assert all(np.array_equal(again.outputs[k], first.outputs[k]) for k in first.outputs)
 
 
 def test_workers_that_cannot_compute_on_the_array_library_are_named_before_any_batch():
