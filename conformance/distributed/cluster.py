@@ -142,10 +142,10 @@ class LocalWorkerSetup(WorkerPlugin):
     does (:mod:`conformance.numerics.heap`; without it a worker spent a third of its CPU time in the kernel zeroing
     fresh pages), it knows its index among the local workers (each computes on a device of its own where the run's
     array library names a device kind without an index: :func:`conformance.numerics.arrays.spread`), and its BLAS
-    threads and emulator threads set once it runs (and in every worker that replaces a lost
-    one, which starts without the environment the cluster was made with) and BLAS's again as each task starts: the
-    environment alone is not enough where a worker process loads BLAS before it reads the environment it was given (a
-    program whose main module imports numpy), or loads another BLAS later that does not read it (scipy's)."""
+    threads and emulator threads set once it runs (and in every worker that replaces a lost one, which starts without
+    the environment the cluster was made with) and BLAS's again as each task starts: the environment alone is not
+    enough where a worker process loads BLAS before it reads the environment it was given (a program whose main
+    module imports numpy), or loads another BLAS later that does not read it (scipy's)."""
 
     name = "conformance-local-worker"
 
