@@ -123,7 +123,7 @@ def _judge(baseline: list, faulty: list) -> tuple[list[str], list[str], list[str
     return caught, flagged, failing
 
 
-def _fault_case(study: _Study, precision: str, fault, gates, reference_sets, baseline) -> dict:
+def _fault_case(study: _Study, precision: str, fault, gates, reference_sets, baseline, log) -> dict:
     policy = study.backend.policy(precision)
     entry = {"fault": fault.name, "description": fault.description, "status": "n/a", "caught_by": [],
              "flagged_by": [], "reason": "", "changed": 0, "unit": fault.unit, "evaluations": [], "seconds": 0.0}
@@ -131,6 +131,7 @@ def _fault_case(study: _Study, precision: str, fault, gates, reference_sets, bas
     if reason:
         entry["reason"] = reason
         return entry
+    log(f"sensitivity {study.name} {precision} {fault.name}: running ...")
     start = time.perf_counter()
     with fault.inject() as injection:
         outputs, faulty_metrics = study.run(precision)
@@ -172,9 +173,7 @@ def _case(study: _Study, precision: str, faults, log) -> dict:
     log(f"sensitivity {study.name} {precision}: baseline {'fails ' + ', '.join(failing) if failing else 'passes'} "
         f"({case['baseline_seconds']:.1f} s)")
     for fault in faults:
-        if not fault.applies(study.backend.policy(precision), study.backend.fp8_settings.get(study.name)):
-            log(f"sensitivity {study.name} {precision} {fault.name}: running ...")
-        entry = _fault_case(study, precision, fault, gates, reference_sets, baseline)
+        entry = _fault_case(study, precision, fault, gates, reference_sets, baseline, log)
         case["faults"].append(entry)
         if entry["status"] != "n/a":
             log(f"sensitivity {study.name} {precision} {fault.name}: {describe(entry)} ({entry['seconds']:.1f} s)")

@@ -86,7 +86,7 @@ def _feed(h, obj, seen: dict[int, int], where: str) -> None:
             _feed(h, getattr(obj, f.name), seen, f"{where}.{f.name}")
     elif hasattr(obj, "__dict__") or hasattr(type(obj), "__slots__"):
         # what the object sends along when pickled, where its class says (caches of derived data left out)
-        attributes = dict(obj.__getstate__() if _own_state(obj) else vars(obj)) if hasattr(obj, "__dict__") else {}
+        attributes = dict(_state(obj)) if hasattr(obj, "__dict__") else {}
         for cls in type(obj).__mro__:
             for slot in getattr(cls, "__slots__", ()):
                 if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
@@ -99,9 +99,13 @@ def _feed(h, obj, seen: dict[int, int], where: str) -> None:
     h.update(b")")
 
 
-def _own_state(obj) -> bool:
-    """Whether ``obj``'s class defines its pickled state (``__getstate__`` returning a dict), not object's default."""
-    return getattr(type(obj), "__getstate__", None) not in (None, getattr(object, "__getstate__", None))
+def _state(obj) -> dict:
+    """``obj``'s attributes, or the dict its class's own ``__getstate__`` pickles instead (object's default aside)."""
+    if getattr(type(obj), "__getstate__", None) not in (None, getattr(object, "__getstate__", None)):
+        state = obj.__getstate__()
+        if isinstance(state, dict):
+            return state
+    return vars(obj)
 
 
 def _feed_function(h, fn, seen: dict[int, int], where: str) -> None:
