@@ -110,6 +110,42 @@ def test_test04_fails_a_caching_device(tmp_path, scenario):
     assert "TEST04" in result.describe() and "verify_performance.py: TEST" in result.describe()
 
 
+def scripted_runner(scores: dict[str, list[float]], calls: list):
+    """A runner of Offline runs whose samples/s come, in turn, from ``scores["reference"]`` and
+    ``scores["same_sample"]``; ``calls`` collects each run's log directory relative to the audit's."""
+    def run(device, settings, log_dir, **_):
+        kind = "reference" if settings.issue_same_index is None else "same_sample"
+        calls.append(f"{log_dir.parent.name}/{kind}")
+        score = scores[kind].pop(0)
+        return ScenarioResult("Offline", True, "samples/s", score, "samples/s", {}, "", False, str(log_dir),
+                              query_count=1, details={"result_samples_per_second": score})
+    return run
+
+
+def test_test04_judges_remeasured_pairs_on_the_fastest_run_of_each_kind(tmp_path):
+    """A host that slows one reference run down makes one pair look like caching; the pairs measured again, in
+    alternating order, are judged on the fastest run of each kind, which load cannot make faster."""
+    calls = []
+    runner = scripted_runner({"reference": [8.0, 9.5, 10.0, 10.0], "same_sample": [10.0, 10.5, 9.0, 9.0]}, calls)
+    result = test04.run_test04(HonestDevice(), settings("Offline"), tmp_path, config=audit_targets.load_audit_config(),
+                               runner=runner, warmup=False)
+    assert result.passed and result.ratio == pytest.approx(10.5 / 10.0), result.describe()
+    assert result.earlier_ratios == [pytest.approx(1.25), pytest.approx(10.5 / 9.5)] and result.runs_each == 3
+    assert calls == [f"{tmp_path.name}/reference", f"{tmp_path.name}/same_sample", "remeasure-1/same_sample",
+                     "remeasure-1/reference", "remeasure-2/reference", "remeasure-2/same_sample"]
+    assert "the fastest of 3 runs of each kind" in result.describe()
+
+
+def test_test04_a_cache_is_faster_in_every_pair(tmp_path):
+    calls = []
+    runner = scripted_runner({"reference": [8.0, 10.0, 9.0, 9.5], "same_sample": [12.0, 11.5, 13.0, 12.5]}, calls)
+    config = audit_targets.load_audit_config()
+    result = test04.run_test04(HonestDevice(), settings("Offline"), tmp_path, config=config, runner=runner,
+                               warmup=False)
+    assert not result.passed and result.ratio == pytest.approx(13.0 / 10.0), result.describe()
+    assert result.runs_each == 1 + config.remeasure == len(calls) // 2
+
+
 def test_test04_issues_one_loaded_sample_only(tmp_path):
     seen = []
 

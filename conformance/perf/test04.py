@@ -22,7 +22,8 @@ class Test04Result:
     same_index: int
     basis: str = ""  # what the scores are (performance_score)
     notes: list = field(default_factory=list)
-    earlier_ratios: list = field(default_factory=list)  # pairs over the bound that were measured again
+    earlier_ratios: list = field(default_factory=list)  # ratios over the bound that were measured again
+    runs_each: int = 1  # runs of each kind (reference, same sample) the fastest were chosen from
     config: AuditConfig | None = None  # TEST04's bounds (the suite's audit.toml when None)
 
     @property
@@ -65,6 +66,9 @@ class Test04Result:
         text = (f"TEST04: same-sample score / reference score = {ratio} (limit < {self.limit:g}); scores "
                 f"[{self.basis}]: reference {self.reference_score}, one sample (loaded-set index {self.same_index}) "
                 f"repeated {self.same_sample_score}; verify_performance.py: {self.official}")
+        if self.runs_each > 1:
+            text += (f"; the fastest of {self.runs_each} runs of each kind (earlier ratios over the bound: "
+                     f"{[round(r, 4) for r in self.earlier_ratios]})")
         if not self.established and self.passed:
             text += (" - not established: the runs are INVALID only for their length, which this profile makes "
                      "shorter than MLPerf's")
@@ -81,7 +85,8 @@ class Test04Result:
             "reference_loadgen_valid": self.reference.valid, "same_sample_loadgen_valid": self.same_sample.valid,
             "reference_query_count": self.reference.query_count, "same_sample_query_count": self.same_sample.query_count,
             "sut_errors": self.reference.sut_errors + self.same_sample.sut_errors, "notes": self.notes,
-            "earlier_ratios": self.earlier_ratios, "official": {"verify_performance": self.official},
+            "earlier_ratios": self.earlier_ratios, "runs_each": self.runs_each,
+            "official": {"verify_performance": self.official},
         }
 
 
@@ -90,10 +95,14 @@ def run_test04(device: Device, settings: ScenarioSettings, log_dir: Path, *, con
     """TEST04 of ``device`` in ``settings.scenario``: logs in ``log_dir/reference`` and ``log_dir/same_sample``.
     ``warmup`` runs the reference once before it is measured (logs in ``log_dir/warmup``): the first LoadGen run of a
     process is some 10% slower (threads and caches start cold), which would make the repeated sample look faster.
+    ``runner`` runs one scenario (the real LoadGen, or virtual time for a simulated device: no warm-up is needed there).
+
     A pair of runs over the bound is measured again up to ``config.remeasure`` times (``log_dir/remeasure-<n>/``), as
-    an MLPerf submitter reruns a compliance test: the audit fails only when every pair does. A system that caches fails
-    every pair; host noise (a few ms of thread wake-up delay against sub-ms latencies) rarely fails twice. ``runner``
-    runs one scenario (the real LoadGen, or virtual time for a simulated device: no warm-up is needed there)."""
+    an MLPerf submitter reruns a compliance test, the later pairs in alternating order; the verdict then stands on the
+    fastest run of each kind. Load on the host only ever slows a run down, and on a busy 2-core host one run of a short
+    profile varies by a third from the next, so one pair is no measurement; the fastest of several is the least
+    disturbed, on both sides alike. A system that caches serves the repeated sample faster in every run, so its fastest
+    same-sample run stays over the bound. A pair whose system under test raised is judged at once, on its own."""
     log_dir = Path(log_dir)
     count = int(settings.performance_sample_count)
     same_index = config.same_index % count
@@ -102,33 +111,57 @@ def run_test04(device: Device, settings: ScenarioSettings, log_dir: Path, *, con
         notes.append(f"performance_issue_same_index {config.same_index} taken modulo the {count} loaded samples")
     if warmup:
         runner(device, AuditSettings.from_settings(settings), log_dir / "warmup", **run_options)
-    earlier = []
+    earlier, references, sames = [], [], []
+    queries = settings.min_query_count
     for attempt in range(1 + config.remeasure):
         where = log_dir if attempt == 0 else log_dir / f"remeasure-{attempt}"
-        reference = runner(device, AuditSettings.from_settings(settings), where / "reference", **run_options)
-        # As many queries as the reference: LoadGen sizes a run from the expected latency, so a system that answers
-        # the repeated sample at once would finish after a few queries, and the early-stopping estimate of a few
-        # queries is their slowest one (the first, uncached), not their p90.
-        queries = settings.min_query_count
-        if settings.scenario != "Offline":
-            queries = max(queries, reference.query_count)
-        same = runner(device, AuditSettings.from_settings(settings, issue_same_index=same_index,
-                                                                min_query_count=queries),
-                            where / "same_sample", **run_options)
-        (reference_score, basis), (same_score, same_basis) = performance_score(reference), performance_score(same)
-        if same_basis != basis:  # one run had an early-stopping estimate, the other not: compare like with like
-            (reference_score, basis), (same_score, _) = (performance_score(reference, early_stopping=False),
-                                                         performance_score(same, early_stopping=False))
-        limit = config.speedup_limit(settings.scenario, reference_score) if reference_score else config.max_speedup
-        result = Test04Result(reference, same, reference_score, same_score, limit, same_index, basis, list(notes),
-                              config=config)
-        if result.passed or result.ratio is None or attempt == config.remeasure:
+
+        def reference_run():
+            nonlocal queries
+            references.append(runner(device, AuditSettings.from_settings(settings), where / "reference", **run_options))
+            if len(references) == 1 and settings.scenario != "Offline":
+                queries = max(queries, references[0].query_count)
+
+        def same_sample_run():
+            # As many queries as the first reference: LoadGen sizes a run from the expected latency, so a system that
+            # answers the repeated sample at once would finish after a few queries, and the early-stopping estimate of
+            # a few queries is their slowest one (the first, uncached), not their p90.
+            sames.append(runner(device, AuditSettings.from_settings(settings, issue_same_index=same_index,
+                                                                      min_query_count=queries),
+                                where / "same_sample", **run_options))
+
+        order = (reference_run, same_sample_run) if attempt % 2 == 0 else (same_sample_run, reference_run)
+        for run in order:
+            run()
+        raised = references[-1].sut_errors or sames[-1].sut_errors
+        reference, same = (references[-1], sames[-1]) if raised else (_fastest(references), _fastest(sames))
+        result = _judge(reference, same, settings, same_index, config, notes)
+        if result.passed or result.ratio is None or raised or attempt == config.remeasure:
             break
         earlier.append(result.ratio)
-    if limit != config.max_speedup:
+    if result.limit != config.max_speedup:
         result.notes.append(f"MLPerf's relaxed bound for short {settings.scenario} latencies (score <= "
-                            f"{config.short_latency_score[settings.scenario]:g}): {limit:g}")
+                            f"{config.short_latency_score[settings.scenario]:g}): {result.limit:g}")
     if earlier:
-        result.notes.append(f"earlier pair(s) over the bound, measured again: ratios {[round(r, 4) for r in earlier]}")
+        result.notes.append(f"over the bound, measured again: ratios {[round(r, 4) for r in earlier]}; judged on the "
+                            f"fastest of {len(references)} runs of each kind")
     result.earlier_ratios = earlier
+    result.runs_each = 1 if raised else len(references)
     return result
+
+
+def _fastest(runs: list[ScenarioResult]) -> ScenarioResult:
+    """The run of the highest score (samples/s, or 1e9 / the plain latency percentile in ns: a short run has no
+    early-stopping estimate); the first of equals."""
+    return max(runs, key=lambda run: performance_score(run, early_stopping=False)[0] or 0.0)
+
+
+def _judge(reference: ScenarioResult, same: ScenarioResult, settings: ScenarioSettings, same_index: int,
+           config: AuditConfig, notes: list) -> Test04Result:
+    (reference_score, basis), (same_score, same_basis) = performance_score(reference), performance_score(same)
+    if same_basis != basis:  # one run had an early-stopping estimate, the other not: compare like with like
+        (reference_score, basis), (same_score, _) = (performance_score(reference, early_stopping=False),
+                                                     performance_score(same, early_stopping=False))
+    limit = config.speedup_limit(settings.scenario, reference_score) if reference_score else config.max_speedup
+    return Test04Result(reference, same, reference_score, same_score, limit, same_index, basis, list(notes),
+                        config=config)
