@@ -172,6 +172,10 @@ def test_an_entry_that_cannot_be_written_costs_only_time(cache):
     cache.directory.mkdir(parents=True)
     _, path = _entry(cache)
     path.mkdir()  # a directory where the entry would go: the write fails
-    with pytest.warns(UserWarning, match="could not be cached"):  # (and the folder is not read as an entry)
+    with pytest.warns(UserWarning) as caught:
         model = load_model("widedeep", seed=0, **SMALL)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 2, said
+    assert "could not be used" in said[0] and "a folder; expected a cache entry" in said[0], said  # not read as one
+    assert "could not be cached" in said[1], said
     assert _same(model, _built())
