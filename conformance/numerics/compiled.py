@@ -102,7 +102,8 @@ def uncached_kernels() -> list[str]:
         except AttributeError:  # another numba's layout: assume it compiles
             return False
     return sorted(name for name, value in vars(kernels).items()
-                  if isinstance(value, CPUDispatcher) and not cached(value))
+                  if isinstance(value, CPUDispatcher) and not cached(value)
+                  and value.targetoptions.get("inline") != "always")  # compiled into its callers, never cached alone
 
 
 def jit():
