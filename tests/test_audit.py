@@ -5,6 +5,7 @@ fails TEST01 (unless the difference is within MLPerf's accuracy-delta rule)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -240,7 +241,7 @@ def test_test01_measures_a_pair_outside_its_tolerance_again(tmp_path):
     result = run01_timed(tmp_path, SlowRunsDevice(slow={1}))  # the logged run of the first pair is slow
     assert result.passed and result.official_performance == verification.TEST_PASS, result.describe()
     assert len(result.earlier_ratios) == 1 and result.earlier_ratios[0] < 0.5, result.earlier_ratios
-    assert "measured again" in result.describe()
+    assert "measured again" in result.describe() and result.runs_each == 2
     assert (tmp_path / "remeasure-1" / "performance" / "mlperf_log_accuracy.json").is_file()
     assert result.details()["earlier_ratios"] == result.earlier_ratios
 
@@ -253,10 +254,29 @@ def test_test01_on_the_hosts_clock_warms_up_before_the_logged_run(tmp_path):
 
 
 def test_test01_fails_a_device_slower_in_every_logged_run(tmp_path):
-    result = run01_timed(tmp_path, SlowRunsDevice(slow={1, 3}))  # runs: logged, plain, logged again, plain again
+    # runs: logged, plain; then plain, logged; logged, plain; plain, logged (the pairs measured again alternate)
+    result = run01_timed(tmp_path, SlowRunsDevice(slow={1, 4, 5, 8}))
     assert not result.passed and result.official_performance.startswith("TEST FAIL"), result.describe()
-    assert len(result.earlier_ratios) == 1 and result.performance_ratio < 0.5
+    assert len(result.earlier_ratios) == audit_targets.load_audit_config().test01_remeasure
+    assert result.performance_ratio < 0.5 and result.runs_each == 4
     assert result.comparison.all_match  # the accuracy half holds: it is the performance half that fails
+
+
+def test_test01_a_wrong_answer_in_a_logged_run_measured_again_fails_at_once(tmp_path):
+    """The first pair is outside the tolerance (its logged run slow), and the logged run measured again answers
+    the neighbouring sample: the audit fails on that run's answers, and measures nothing more."""
+    truth = answers()
+
+    class WrongLater(SlowRunsDevice):
+        def load(self, indices):
+            super().load(indices)
+            if self.runs > 2:
+                self.responses = {i: truth[(i + 1) % SAMPLES] for i in truth}
+
+    result = run01_timed(tmp_path, WrongLater(slow={1}))
+    assert not result.passed and not result.accuracy_passed and result.comparison.mismatched, result.describe()
+    assert Path(result.performance.log_dir).parent.name == "remeasure-1"
+    assert not (tmp_path / "remeasure-2").exists()
 
 
 def test_fresh_device_recomputes():

@@ -613,7 +613,7 @@ CASES += [
     data(WD_PERF, "Offline = 24560", "Offline = 24560\nOffline = 1", "not valid TOML", name="perf-key-twice"),
     data(AUDIT, "same-sample run.\nremeasure = 3", "same-sample run.\nremeasure = 1000000000",
          "TEST04.remeasure = 1000000000", "less than or equal to 3", name="audit-remeasure-billion"),
-    data(AUDIT, "remeasure = 1\n# The responses", "remeasure = -1\n# The responses", "TEST01.remeasure = -1",
+    data(AUDIT, "remeasure = 3\n# The responses", "remeasure = -1\n# The responses", "TEST01.remeasure = -1",
          "greater than or equal to 0", name="audit-test01-remeasure-negative"),
     data(AUDIT, "accuracy_delta = 0.01", "accuracy_delta = 0", "TEST01.accuracy_delta = 0", "greater than 0",
          name="audit-delta-zero"),

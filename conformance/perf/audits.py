@@ -69,6 +69,13 @@ class AuditSettings(ScenarioSettings):
         return cls(**{**base, **changes})
 
 
+def fastest(runs: list[ScenarioResult]) -> ScenarioResult:
+    """The run of the highest score (samples/s, or 1e9 / the plain latency percentile in ns: a short run has no
+    early-stopping estimate); the first of equals. An audit measured again stands on the fastest run of each kind:
+    load on the host only ever slows a run down."""
+    return max(runs, key=lambda run: performance_score(run, early_stopping=False)[0] or 0.0)
+
+
 def performance_score(result: ScenarioResult, early_stopping: bool = True) -> tuple[float | None, str]:
     """MLPerf verify_performance.py's score of a run (higher is faster) and what it is: samples/s in Offline and
     Server; 1e9 / the latency in ns in SingleStream and MultiStream (the early-stopping estimate, or the plain

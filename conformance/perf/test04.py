@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.hardware.devices import Device
-from conformance.perf.audits import AuditSettings, performance_score
+from conformance.perf.audits import AuditSettings, fastest, performance_score
 from conformance.perf.harness import ScenarioResult, ScenarioSettings, run_scenario
 from conformance.perf.verification import TEST_PASS, invalid_by_design, test04_performance
 from conformance.targets.audit import AuditConfig, load_audit_config
@@ -134,7 +134,7 @@ def run_test04(device: Device, settings: ScenarioSettings, log_dir: Path, *, con
         for run in order:
             run()
         raised = references[-1].sut_errors or sames[-1].sut_errors
-        reference, same = (references[-1], sames[-1]) if raised else (_fastest(references), _fastest(sames))
+        reference, same = (references[-1], sames[-1]) if raised else (fastest(references), fastest(sames))
         result = _judge(reference, same, settings, same_index, config, notes)
         if result.passed or result.ratio is None or raised or attempt == config.remeasure:
             break
@@ -149,11 +149,6 @@ def run_test04(device: Device, settings: ScenarioSettings, log_dir: Path, *, con
     result.runs_each = 1 if raised else len(references)
     return result
 
-
-def _fastest(runs: list[ScenarioResult]) -> ScenarioResult:
-    """The run of the highest score (samples/s, or 1e9 / the plain latency percentile in ns: a short run has no
-    early-stopping estimate); the first of equals."""
-    return max(runs, key=lambda run: performance_score(run, early_stopping=False)[0] or 0.0)
 
 
 def _judge(reference: ScenarioResult, same: ScenarioResult, settings: ScenarioSettings, same_index: int,
