@@ -338,7 +338,7 @@ def run_test01(device: Device, settings: ScenarioSettings, log_dir: Path, *, sam
             plains.append(runner(device, settings, where / "plain", **run_options))
         comparison, fallback, official = judge(logged[-1])
         latest = Test01Result(comparison, fallback, logged[-1], accuracy, sampling_target,
-                              plains[-1] if plains else None, config, official)
+                              plains[-1] if plains else None, config, official, earlier_ratios=list(earlier))
         if not latest.accuracy_passed or latest.performance_ratio is None or _raised(latest):
             result = latest  # a wrong answer or an error is not noise: judged on this pair, at once
             break
@@ -354,7 +354,6 @@ def run_test01(device: Device, settings: ScenarioSettings, log_dir: Path, *, sam
 
 def _raised(result: Test01Result) -> bool:
     return bool(result.performance.sut_errors or (result.plain is not None and result.plain.sut_errors))
-
 
 
 # -- the suite's task metric for TEST01's fallback ------------------------------------------------------------------

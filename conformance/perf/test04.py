@@ -150,7 +150,6 @@ def run_test04(device: Device, settings: ScenarioSettings, log_dir: Path, *, con
     return result
 
 
-
 def _judge(reference: ScenarioResult, same: ScenarioResult, settings: ScenarioSettings, same_index: int,
            config: AuditConfig, notes: list) -> Test04Result:
     (reference_score, basis), (same_score, same_basis) = performance_score(reference), performance_score(same)
