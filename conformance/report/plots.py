@@ -136,6 +136,7 @@ def histograms_png(key: str, outputs: dict[str, tuple[np.ndarray, np.ndarray]], 
             ax.stairs(counts, edges, fill=True, color=color, alpha=0.75)
             ax.set_yscale("log")
             _plain_log_labels(ax.yaxis)
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))  # -0.00075 labels overlapped
             ax.set_xlabel(f"{label} ({edges.size - 1} bins)")
             ax.set_ylabel("count")
             ax.grid(True, alpha=0.3)
@@ -147,8 +148,19 @@ def histograms_png(key: str, outputs: dict[str, tuple[np.ndarray, np.ndarray]], 
                 + (f"; {nonfinite} non-finite counted as 0" if nonfinite else ""))
         fig.axes[row * 3 + 1].set_title(text, fontsize=11)
     fig.suptitle(f"{key}: hardware vs FP32 outputs", fontsize=13)
-    fig.tight_layout()
+    _margins(fig, rows=len(outputs), cols=3)
     return _png(fig, Canvas)
+
+
+def _margins(fig, rows: int, cols: int, left: float = 0.8, right: float = 0.2, top: float = 0.75, bottom: float = 0.55,
+             between_rows: float = 1.05, between_cols: float = 0.75) -> None:
+    """Fixed margins (inches) around a grid of histograms, room for their tick labels, axis labels and titles: the
+    same picture as ``tight_layout``, which measured every text of the figure first (a third of its drawing time)."""
+    width, height = fig.get_size_inches()
+    axes_width = (width - left - right - between_cols * (cols - 1)) / cols
+    axes_height = (height - top - bottom - between_rows * (rows - 1)) / rows
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                        wspace=between_cols / axes_width, hspace=between_rows / axes_height)
 
 
 # ----- the layer profile ----------------------------------------------------------------------------------------------
