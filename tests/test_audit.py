@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hypothesis
+import hypothesis.strategies as st
 import numpy as np
 import pytest
 
@@ -145,6 +147,40 @@ def test_test04_a_cache_is_faster_in_every_pair(tmp_path):
                                warmup=False)
     assert not result.passed and result.ratio == pytest.approx(13.0 / 10.0), result.describe()
     assert result.runs_each == 1 + config.remeasure == len(calls) // 2
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(slowdowns=st.lists(st.floats(0.0, 3.0), min_size=8, max_size=8),
+                  clean=st.tuples(st.integers(0, 3), st.integers(0, 3)))
+def test_test04_passes_an_honest_device_with_one_undisturbed_run_of_each_kind(tmp_path_factory, slowdowns, clean):
+    """Host load only slows runs down: however the pairs are disturbed, an honest device (10 samples/s whatever it
+    serves) passes as long as one run of each kind among the pairs measured ran undisturbed."""
+    slowdowns = list(slowdowns)
+    slowdowns[2 * clean[0]] = slowdowns[2 * clean[1] + 1] = 0.0  # one reference, one same-sample run undisturbed
+    scores = {"reference": [10.0 / (1 + d) for d in slowdowns[0::2]],
+              "same_sample": [10.0 / (1 + d) for d in slowdowns[1::2]]}
+    result = test04.run_test04(HonestDevice(), settings("Offline"), tmp_path_factory.mktemp("t04"),
+                               config=audit_targets.load_audit_config(), runner=scripted_runner(scores, []),
+                               warmup=False)
+    assert result.passed, result.describe()
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(shares=st.lists(st.floats(0.0, 1.0), min_size=8, max_size=8), speedup=st.floats(1.25, 100.0))
+def test_test04_fails_a_cache_that_load_does_not_hide(tmp_path_factory, shares, speedup):
+    """A device that serves the repeated sample ``speedup`` times faster fails in every pair, however load slows its
+    runs, while no slowdown of a same-sample run eats its whole lead over the bound (a run slowed that much looks
+    honest: one pair within the bound passes, as in MLPerf)."""
+    config = audit_targets.load_audit_config()
+    most = speedup / config.max_speedup - 1  # a same-sample run slowed by more looks honest
+    slowdowns = [share * most * 0.999 for share in shares]
+    scores = {"reference": [10.0 / (1 + d) for d in slowdowns[0::2]],
+              "same_sample": [10.0 * speedup / (1 + d) for d in slowdowns[1::2]]}
+    calls = []
+    result = test04.run_test04(HonestDevice(), settings("Offline"), tmp_path_factory.mktemp("t04"), config=config,
+                               runner=scripted_runner(scores, calls), warmup=False)
+    assert not result.passed and result.ratio >= config.max_speedup, result.describe()
+    assert len(calls) == 2 * (1 + config.remeasure)
 
 
 def test_test04_issues_one_loaded_sample_only(tmp_path):
