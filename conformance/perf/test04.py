@@ -112,27 +112,26 @@ def run_test04(device: Device, settings: ScenarioSettings, log_dir: Path, *, con
     if warmup:
         runner(device, AuditSettings.from_settings(settings), log_dir / "warmup", **run_options)
     earlier, references, sames = [], [], []
-    queries = settings.min_query_count
+
+    def reference_run(where: Path) -> None:
+        references.append(runner(device, AuditSettings.from_settings(settings), where / "reference", **run_options))
+
+    def same_sample_run(where: Path) -> None:
+        # As many queries as the first reference: LoadGen sizes a run from the expected latency, so a system that
+        # answers the repeated sample at once would finish after a few queries, and the early-stopping estimate of a
+        # few queries is their slowest one (the first, uncached), not their p90.
+        queries = settings.min_query_count
+        if settings.scenario != "Offline":
+            queries = max(queries, references[0].query_count)
+        sames.append(runner(device, AuditSettings.from_settings(settings, issue_same_index=same_index,
+                                                                  min_query_count=queries),
+                            where / "same_sample", **run_options))
+
     for attempt in range(1 + config.remeasure):
         where = log_dir if attempt == 0 else log_dir / f"remeasure-{attempt}"
-
-        def reference_run():
-            nonlocal queries
-            references.append(runner(device, AuditSettings.from_settings(settings), where / "reference", **run_options))
-            if len(references) == 1 and settings.scenario != "Offline":
-                queries = max(queries, references[0].query_count)
-
-        def same_sample_run():
-            # As many queries as the first reference: LoadGen sizes a run from the expected latency, so a system that
-            # answers the repeated sample at once would finish after a few queries, and the early-stopping estimate of
-            # a few queries is their slowest one (the first, uncached), not their p90.
-            sames.append(runner(device, AuditSettings.from_settings(settings, issue_same_index=same_index,
-                                                                      min_query_count=queries),
-                                where / "same_sample", **run_options))
-
         order = (reference_run, same_sample_run) if attempt % 2 == 0 else (same_sample_run, reference_run)
         for run in order:
-            run()
+            run(where)
         raised = references[-1].sut_errors or sames[-1].sut_errors
         reference, same = (references[-1], sames[-1]) if raised else (fastest(references), fastest(sames))
         result = _judge(reference, same, settings, same_index, config, notes)
