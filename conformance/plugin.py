@@ -10,7 +10,7 @@ import pytest
 
 from conformance.numerics import heap
 from conformance.accuracy import reference
-from conformance.datasets.cache import default_directory, weight_cache
+from conformance.datasets.cache import default_directory, scale_cache, weight_cache
 from conformance.datasets.user import UserInputError, load_cases
 from conformance.numerics import arrays
 from conformance.perf.interrupts import terminate_as_interrupt
@@ -60,6 +60,8 @@ def _configure(config: pytest.Config) -> None:
     # seeded weights are built once per machine and kept in the cache directory (before the user's cases load models)
     previous = use_seeded_weight_store(weight_cache(config.getoption("cache_dir")))
     config.add_cleanup(lambda: use_seeded_weight_store(previous))
+    settings.backend.scale_store = scale_cache(config.getoption("cache_dir"))  # and calibrated FP8 scales
+    settings.backend.say = lambda line: progress_line(config, line)
     # the user's checkpoints and data are read and checked before any test runs
     cases = load_cases(settings.models, settings.checkpoints, settings.datasets, settings.samples,
                        settings.calibrations, settings.allow_unused_weights,

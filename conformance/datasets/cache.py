@@ -15,6 +15,10 @@ Seeded weights are kept in the same directory (:class:`WeightCache`, ``<director
 are a function of (the model, its config, the seed, the recipes' version: :func:`models.base.seeded_key`), so that
 they are built once per machine; ``IPU_CONFORMANCE_WEIGHT_CACHE=0`` builds them in every run instead.
 
+Calibrated FP8 input scales are kept there too (:class:`ScaleCache`, ``<directory>/fp8-scales/``), keyed by the model
+with its weights (its fingerprint), the calibration settings and inputs, and the suite's sources: a calibration runs the
+model in FP32 over its calibration set, about 9 s for roformer, once per machine instead of in every run.
+
 The directory follows the platform's convention (``platformdirs.user_cache_dir``: ``~/.cache/ipu-conformance`` on
 Linux) unless ``--cache-dir`` or ``IPU_CONFORMANCE_CACHE`` names another.
 """
@@ -32,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 
+from boundedio import load_json
+from conformance.distributed.fingerprint import fingerprint, suite_version
 from conformance.fileio import read_entry, sources_sha256, write_bytes_atomic, write_entry
 from models.base import MEMORY_SHARE, available_memory, use_seeded_weight_store
 
@@ -43,6 +49,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 _CODE_DIRECTORIES = (_ROOT / "models", _ROOT / "conformance" / "datasets")
 ENTRY_FORMAT = 3
 WEIGHT_ENTRY_FORMAT = 1
+SCALE_ENTRY_FORMAT = 1
+SCALE_ENTRY_LIMIT = 4 << 20  # bytes: a model's scales are a few kilobytes (two per matrix op)
 
 
 class CacheError(ValueError):
@@ -214,3 +222,77 @@ def cached_seeded_weights(directory: Path | None = None):
         yield
     finally:
         use_seeded_weight_store(previous)
+
+
+class ScaleCache:
+    """Calibrated FP8 input scales (a backend's ``scale_store``: the ipu backend's calibrations read and keep them), as
+    ``<directory>/fp8-scales/<model>-<key hash>.json``, each with its whole key and the SHA-256 of its scales. An entry
+    that cannot be used (unreadable, over its size bound, another key's, scales that do not hash to what it records or
+    that calibration could not have made) is never read: the scales are calibrated again and the entry replaced, with a
+    warning saying why (``replaced``: path -> why). One that cannot be written costs a calibration next run."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory) / "fp8-scales"
+        self.replaced: dict[str, str] = {}
+        self._fingerprints: dict[int, tuple[object, str]] = {}
+
+    def key(self, model, what: dict) -> dict:
+        """What the scales of ``model`` are a function of: ``what`` (settings, inputs), the model with its weights and
+        the suite's sources. The model's fingerprint is taken once per model object."""
+        kept = self._fingerprints.get(id(model))
+        if kept is None or kept[0] is not model:
+            kept = self._fingerprints[id(model)] = (model, fingerprint(model))
+        document = {"format": SCALE_ENTRY_FORMAT, "model": model.name, "weights": kept[1], "suite": suite_version(),
+                    **what}
+        return json.loads(json.dumps(document, sort_keys=True))  # as it reads back: tuples as lists
+
+    def path(self, model, key: dict) -> Path:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        return self.directory / f"{model.name}-{digest[:32]}.json"
+
+    @staticmethod
+    def _digest(scales) -> str:
+        return hashlib.sha256(json.dumps(scales, sort_keys=True).encode()).hexdigest()
+
+    def load(self, model, what: dict, check) -> dict | None:
+        key = self.key(model, what)
+        path = self.path(model, key)
+        if not os.path.lexists(path):
+            return None
+        try:
+            entry = load_json(path, "a cache entry of FP8 scales", SCALE_ENTRY_LIMIT, error=DamagedEntry)
+            if not isinstance(entry, dict) or set(entry) != {"key", "scales", "sha256"}:
+                raise DamagedEntry("not an entry of FP8 scales (expected key, scales and sha256)")
+            if entry["key"] != key:
+                raise DamagedEntry("it holds the scales of another model, weights, settings or calibration inputs")
+            if entry["sha256"] != self._digest(entry["scales"]):
+                raise DamagedEntry("its scales do not hash to the SHA-256 it records")
+            try:
+                return check(entry["scales"])
+            except ValueError as exc:
+                raise DamagedEntry(str(exc)) from None
+        except DamagedEntry as exc:
+            self.replaced[str(path)] = str(exc)
+            warnings.warn(f"cache entry {path} could not be used ({exc}); {model.name}'s FP8 input scales are "
+                          "calibrated again and the entry replaced", stacklevel=2)
+            return None
+
+    def save(self, model, what: dict, scales: dict) -> None:
+        key = self.key(model, what)
+        path = self.path(model, key)
+        entry = {"key": key, "scales": scales, "sha256": self._digest(scales)}
+        try:
+            write_bytes_atomic(path, json.dumps(entry, sort_keys=True).encode())
+        except OSError as exc:
+            warnings.warn(f"{model.name}'s FP8 input scales could not be cached at {path} ({exc.strerror or exc}); "
+                          "they are calibrated again in the next run", stacklevel=2)
+
+
+def scale_cache(directory: Path | None = None) -> ScaleCache | None:
+    """The cache of FP8 input scales under ``directory`` (default: :func:`default_directory`), or None when the
+    directory cannot be written (the scales are then calibrated in every run, with a warning saying why)."""
+    try:
+        return ScaleCache(check_writable(directory if directory is not None else default_directory()))
+    except CacheError as exc:
+        warnings.warn(f"{exc}; FP8 input scales are calibrated in every run", stacklevel=2)
+        return None

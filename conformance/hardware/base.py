@@ -115,6 +115,10 @@ class Backend(abc.ABC):
     timing: ClassVar[str] = "measured"  # "simulated": latencies come from a model of the device, not the host's clock
     chips: ClassVar[tuple[str, ...]] = ()  # the simulated chips ``--device`` chooses from (a simulated backend's)
     targets_dir: ClassVar[Path | None] = None  # accuracy.toml / performance.toml tables of a backend shipped on its own
+    # Where a backend that calibrates (FP8 input scales) keeps what it calibrated between runs: set by the run
+    # (``conformance.datasets.cache.ScaleCache``); None calibrates in every run. Backends that do not calibrate ignore it.
+    scale_store = None
+    say: Callable[[str], None] | None = None  # a line on the run's terminal: the backend's own long phases, as they start
 
     def __init__(self, chip: str | None = None):
         if chip is not None and chip not in self.chips:

@@ -99,8 +99,8 @@ class IpuBackend(Backend):
         plan = Fp8Plan(settings)
         if needs_inputs:
             plan.input_scales, plan.calibration = fp8_scales.calibrate_inputs(
-                model, settings, batch_size=batch_size, samples=calibration_samples, inputs=calibration_inputs
-            )
+                model, settings, batch_size=batch_size, samples=calibration_samples, inputs=calibration_inputs,
+                store=self.scale_store, say=self.say)
         else:
             plan.calibration = {"method": settings.scales, "inputs": "not calibrated: " + (
                 "fixed input scale" if settings.scales == "fixed" else "activations stay FP16")}

@@ -11,13 +11,19 @@ larger values with coarser steps. Two methods, as PopRT/PopXL offer:
 
 Weight scales come from the weights themselves. Activation (input) scales come from running the model in FP32 on the
 calibration set ``model.sample_inputs(n, seed=CALIBRATION_SEED)``, which is disjoint from the evaluation set
-(EVAL_SEED), and observing every FP8 operand.
+(EVAL_SEED), and observing every FP8 operand. That FP32 run is most of a calibration's cost (roformer's four 1024-token
+sequences: about 9 s), so a run can keep the scales in a :class:`ScaleStore` between runs, keyed by what they are a
+function of: the model with its weights, the settings, the calibration inputs and batch (and the suite's sources).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Protocol
+
 import numpy as np
 
+from conformance.fileio import sha256_arrays
 from conformance.numerics import FP8_FORMATS, SCALE_RANGE, format_info, quantize
 from models import run_batched
 from models.ops import Ops, sample_values
@@ -30,6 +36,37 @@ MSE_WINDOW = 8
 MSE_SAMPLE = 1 << 16
 # Values kept per observed call (a seeded sample), so long calibration runs do not hold whole activations.
 OBSERVE_PER_CALL = 1 << 13
+
+
+OPERANDS = ("input", "a", "b")  # the observed operands: of linear and conv2d, and the two of matmul
+
+
+class ScaleStore(Protocol):
+    """Where calibrated input scales are kept between runs (``conformance.datasets.cache.ScaleCache``)."""
+
+    def load(self, model, what: dict, check) -> dict | None:
+        """The scales kept for ``model`` and ``what`` once ``check(scales)`` accepts them; None otherwise."""
+
+    def save(self, model, what: dict, scales: dict) -> None:
+        """Keep ``scales`` for ``model`` and ``what``."""
+
+
+def check_scales(scales, settings) -> dict[str, dict[str, int]]:
+    """``scales`` (op -> operand -> scale) as calibration makes them for ``settings``; a ValueError saying what is
+    wrong (kept scales are read from a file: nothing in it is believed)."""
+    if not isinstance(scales, dict):
+        raise ValueError(f"scales: expected an object of ops, got {type(scales).__name__}")
+    for op, operands in scales.items():
+        if not isinstance(op, str) or op in settings.skip:
+            why = "an op of the skip list" if op in settings.skip else "not an op name"
+            raise ValueError(f"scales: {str(op)[:80]!r} is {why}")
+        if not isinstance(operands, dict) or not operands or not set(operands) <= set(OPERANDS):
+            raise ValueError(f"scales of {op[:80]!r}: expected operands among {', '.join(OPERANDS)}")
+        for operand, scale in operands.items():
+            if type(scale) is not int or not SCALE_MIN <= scale <= SCALE_MAX:
+                raise ValueError(f"scale of {op[:80]!r} {operand}: {str(scale)[:40]}, expected an integer in "
+                                 f"[{SCALE_MIN}, {SCALE_MAX}]")
+    return scales
 
 
 def _fp8_max(fmt: str) -> float:
@@ -142,11 +179,13 @@ def calibration_inputs(model, count: int) -> dict[str, np.ndarray]:
     return model.sample_inputs(count, seed=CALIBRATION_SEED)
 
 
-def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | None = None, inputs=None):
+def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | None = None, inputs=None,
+                     store: ScaleStore | None = None, say=None):
     """Input scales of every FP8 matrix op of ``model`` (op -> operand -> scale) by ``settings.scales`` on the
     calibration set (or on ``inputs``, e.g. real text disjoint from the evaluation text), and a description of the
-    calibration for the report. Skip-list names the model never calls are an error (a typo in precisions.toml would
-    otherwise silently run the op in FP8)."""
+    calibration for the report; read from ``store`` when it keeps them, else calibrated (and kept there), which
+    ``say(line)`` announces as it starts. Skip-list names the model never calls are an error (a typo in
+    precisions.toml would otherwise silently run the op in FP8)."""
     if inputs is None:
         count = samples or settings.calibration_samples
         inputs = calibration_inputs(model, count)
@@ -154,8 +193,18 @@ def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | Non
     else:
         count = len(next(iter(inputs.values())))
         source = {"samples": count, "seed": None, "inputs": "given"}
+    info = {"method": settings.scales, "format": settings.input_format, **source}
+    batch = max(1, min(batch_size, count))  # part of the key: BLAS may sum another batch's products in another order
+    what = {"settings": dataclasses.asdict(settings), "inputs": sha256_arrays(inputs), "batch_size": batch}
+    if store is not None:
+        kept = store.load(model, what, lambda scales: check_scales(scales, settings))
+        if kept is not None:
+            return kept, info
+    if say is not None:
+        kept = " (kept in the cache for later runs)" if store is not None else ""
+        say(f"{model.name}: calibrating the FP8 input scales on {count} samples in FP32{kept}")
     observer = OperandObserver(skip=settings.skip)
-    run_batched(model, inputs, max(1, min(batch_size, count)), observer)
+    run_batched(model, inputs, batch, observer)
     unknown = sorted(set(settings.skip) - observer.ops_seen)
     if unknown:
         raise ValueError(
@@ -163,5 +212,6 @@ def calibrate_inputs(model, settings, *, batch_size: int = 4, samples: int | Non
             f"matrix ops it calls include: {', '.join(sorted(observer.stats)[:5])} ..."
         )
     scales = observer.scales(settings.input_format, settings.scales)
-    info = {"method": settings.scales, "format": settings.input_format, **source}
+    if store is not None:
+        store.save(model, what, scales)
     return scales, info
