@@ -148,7 +148,9 @@ def test_plots_are_pngs_next_to_the_report(tmp_path):
     pytest.importorskip("matplotlib")
     write_artifact(tmp_path)
     records = [{"model": "bert-base", "precision": "fp8", "details": {"layer_snr_db": [["embed", 40.0], ["head", None]]}}]
-    info = plots.write_plots(tmp_path, records)
+    said: list[str] = []
+    info = plots.write_plots(tmp_path, records, say=said.append)
+    assert said == ["the report: drawing up to 2 figures"]  # announced before the drawing starts
     assert info["status"] == "written"
     assert info["files"] == {"bert-base-fp8": ["plots/bert-base-fp8-histograms.png", "plots/bert-base-fp8-layer-snr.png"]}
     for rel in info["files"]["bert-base-fp8"]:

@@ -405,9 +405,9 @@ def throughput_png(key: str, curve: dict, chip: str, offline: float | None, mpl)
 
 
 # ----- all of them ----------------------------------------------------------------------------------------------------
-def write_plots(report_dir, records: list[dict]) -> dict:
-    """Draw every picture the run has data for; returns the ``plots`` section of results.json (its ``reason`` holds
-    the notes and the problems met)."""
+def write_plots(report_dir, records: list[dict], say=None) -> dict:
+    """Draw every picture the run has data for, ``say(line)`` announcing it as it starts (a figure takes 0.1-0.3 s);
+    returns the ``plots`` section of results.json (its ``reason`` holds the notes and the problems met)."""
     report_dir = Path(report_dir)
     artifacts = sorted((report_dir / ARTIFACTS_DIR).glob("*.npz")) if (report_dir / ARTIFACTS_DIR).is_dir() else []
     profiles = layer_profiles(records)
@@ -419,6 +419,9 @@ def write_plots(report_dir, records: list[dict]) -> dict:
     mpl = _matplotlib()
     if mpl is None:
         return {"status": "skipped", "reason": INSTALL_HINT, "files": {}}
+    if say is not None:
+        figures = len(artifacts) + len(profiles) + len(latencies) + len(throughputs)
+        say(f"the report: drawing up to {figures} figure{'s' if figures != 1 else ''}")
     gates = _snr_gates(records)
     files: dict[str, list[str]] = {}
     notes: list[str] = []

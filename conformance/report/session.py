@@ -326,6 +326,15 @@ class ReportSession:
                 self._progress(report.nodeid)
             report.user_properties = junit_properties(report.user_properties)  # collected: the short form for junitxml
 
+    def _say(self, line: str) -> None:
+        """A line of the run's own work after its tests (not under ``-q``)."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and self.config.get_verbosity() >= 0:
+            reporter.ensure_newline()
+            if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):  # after the last test's line
+                reporter.write("\n")
+            reporter.write_line(f"[conformance] {line}")
+
     def _progress(self, node_id: str) -> None:
         """One line per finished test (not under ``-q``): what it ran, how long, the verdict."""
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -429,7 +438,7 @@ class ReportSession:
         plot_info, plot_error = None, None
         if staging is not None:
             try:
-                plot_info = plots.write_plots(staging, records)
+                plot_info = plots.write_plots(staging, records, say=self._say)
             except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - raised again below, where it is handled
                 plot_error = exc
         self.results = results_record.build(
