@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 import warnings
 from pathlib import Path
 
@@ -208,3 +209,10 @@ def test_a_run_of_the_suite_keeps_the_scales_and_reads_them_back(pytester, tmp_p
     assert "calibrating the FP8 input scales" not in second_output
     assert first == second and first
     assert len(list((tmp_path / "cache" / "fp8-scales").glob("widedeep-*.json"))) == 1
+
+
+def test_a_model_that_cannot_be_fingerprinted_is_calibrated_without_the_cache(model, settings, tmp_path):
+    model.lock = threading.Lock()  # what a fingerprint cannot see into
+    store = ScaleCache(tmp_path)
+    scales, _ = _calibrate(model, settings, store)
+    assert scales == _calibrate(model, settings, None)[0] and not store.directory.exists()

@@ -255,7 +255,10 @@ class ScaleCache:
         return hashlib.sha256(json.dumps(scales, sort_keys=True).encode()).hexdigest()
 
     def load(self, model, what: dict, check) -> dict | None:
-        key = self.key(model, what)
+        try:
+            key = self.key(model, what)
+        except TypeError:  # a model that holds what cannot be fingerprinted: calibrated in every run, as without a cache
+            return None
         path = self.path(model, key)
         if not os.path.lexists(path):
             return None
@@ -278,7 +281,10 @@ class ScaleCache:
             return None
 
     def save(self, model, what: dict, scales: dict) -> None:
-        key = self.key(model, what)
+        try:
+            key = self.key(model, what)
+        except TypeError:
+            return
         path = self.path(model, key)
         entry = {"key": key, "scales": scales, "sha256": self._digest(scales)}
         try:
