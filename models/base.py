@@ -128,10 +128,14 @@ class Model:
             moved[key] = (self.params, arrays.ParamsOn(self.params, x))
         return moved[key][1]
 
+    # Attributes that hold data derived from what defines the model (caches made as it computes): left out of what
+    # it pickles, so that a worker it is sent to, and its fingerprint, get what defines it whatever it computed before.
+    derived: ClassVar[tuple[str, ...]] = ("_params_on",)
+
     def __getstate__(self) -> dict:
-        """The model without its parameters' copies on other devices (:meth:`params_like`): a worker it is sent to,
-        and its fingerprint, get what defines it; a worker moves the parameters to its own device."""
-        return {k: v for k, v in self.__dict__.items() if k != "_params_on"}
+        """The model without its :attr:`derived` caches (its parameters' copies on other devices: a worker moves the
+        parameters to its own device)."""
+        return {k: v for k, v in self.__dict__.items() if k not in self.derived}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"

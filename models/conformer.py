@@ -208,10 +208,7 @@ class Conformer(Model):
 
     name = "conformer"
     output_names = ("memory",)
-
-    def __init__(self, config: ConformerConfig, params: dict[str, np.ndarray]):
-        super().__init__(config, params)
-        self._position_tables: dict[int, np.ndarray] = {}
+    derived = (*Model.derived, "_position_tables")
 
     @property
     def input_specs(self) -> tuple[InputSpec, ...]:
@@ -259,9 +256,11 @@ class Conformer(Model):
                               name="encoder.layer_norm")
 
     def position_table(self, length: int) -> np.ndarray:
-        if length not in self._position_tables:
-            self._position_tables[length] = relative_position_table(length, self.config.hidden_size)
-        return self._position_tables[length]
+        """The relative position table of ``length`` frames, made once per length (a derived cache)."""
+        tables = self.__dict__.setdefault("_position_tables", {})
+        if length not in tables:
+            tables[length] = relative_position_table(length, self.config.hidden_size)
+        return tables[length]
 
     def block(self, i: int, x: np.ndarray, attention_bias, positions: np.ndarray, ops: Ops) -> np.ndarray:
         """One ``Wav2Vec2ConformerEncoderLayer`` (eval mode) on (B, T, D); ``attention_bias`` (B, 1, 1, T) or None."""

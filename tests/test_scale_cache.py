@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import re
 import threading
 import warnings
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from conformance.datasets.cache import ScaleCache, scale_cache
+from conformance.distributed.fingerprint import fingerprint
 from conformance.hardware import get_backend
 from conformance.hardware.ipu import fp8_scales
 from conformance.hardware.ipu.fp8_scales import calibrate_inputs, calibration_inputs, check_scales
@@ -216,3 +218,18 @@ def test_a_model_that_cannot_be_fingerprinted_is_calibrated_without_the_cache(mo
     store = ScaleCache(tmp_path)
     scales, _ = _calibrate(model, settings, store)
     assert scales == _calibrate(model, settings, None)[0] and not store.directory.exists()
+
+
+def test_a_models_key_does_not_change_as_it_computes(tmp_path):
+    """What a model caches as it computes (conformer's relative position tables, parameters' copies on a device) is
+    not what defines it: a calibration after a forward reads the scales one before it kept."""
+    conformer = load_model("conformer")
+    settings = get_backend("ipu").fp8_settings["conformer"]
+    _calibrate(conformer, settings, ScaleCache(tmp_path))  # its forward makes the tables
+    assert conformer.__dict__.get("_position_tables")
+    again = load_model("conformer")
+    assert fingerprint(again) == fingerprint(conformer)
+    _calibrate(again, settings, ScaleCache(tmp_path))
+    assert len(_entries(ScaleCache(tmp_path))) == 1
+    copy = pickle.loads(pickle.dumps(conformer))  # a worker's copy makes its own tables
+    assert "_position_tables" not in vars(copy) and copy.position_table(8).shape == conformer.position_table(8).shape
