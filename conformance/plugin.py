@@ -77,7 +77,7 @@ def _configure(config: pytest.Config) -> None:
         timings = Path(directory) / "timings" / f"{settings.hardware}-{settings.profile}.json"
         config.pluginmanager.register(RunClock(lambda line: _say(config, line), timings), "conformance-clock")
     # the report's hooks (collection, reports, session finish, terminal summary) are methods of this object
-    report = ReportSession(config, settings)
+    report = ReportSession(config, settings, say=lambda line: _say(config, line))
     config.stash[REPORT_KEY] = report
     config.add_cleanup(report.close)
     report.open()  # last: locks the report directory (released by the cleanup, whatever happens next)

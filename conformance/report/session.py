@@ -94,9 +94,10 @@ def collected_whole_suite(items) -> bool:
 
 
 class ReportSession:
-    def __init__(self, config, settings):
+    def __init__(self, config, settings, say=None):
         self.config = config
         self.settings = settings
+        self._say = say  # a line of the run's own work after its tests, on the terminal (the plugin's)
         self.shard = settings.shard
         self.xfail_path = settings.xfail_file
         self.baseline_path = settings.baseline
@@ -325,15 +326,6 @@ class ReportSession:
             if self._in_suite(report.nodeid) or any(key == RECORD_KEY for key, _ in report.user_properties):
                 self._progress(report.nodeid)
             report.user_properties = junit_properties(report.user_properties)  # collected: the short form for junitxml
-
-    def _say(self, line: str) -> None:
-        """A line of the run's own work after its tests (not under ``-q``)."""
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None and self.config.get_verbosity() >= 0:
-            reporter.ensure_newline()
-            if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):  # after the last test's line
-                reporter.write("\n")
-            reporter.write_line(f"[conformance] {line}")
 
     def _progress(self, node_id: str) -> None:
         """One line per finished test (not under ``-q``): what it ran, how long, the verdict."""
