@@ -94,3 +94,21 @@ def test_error_sums_are_the_same_on_both_kernel_paths():
     magnitude = np.abs(exact.astype(np.float64))
     assert reference[2] == np.count_nonzero(np.isfinite(y) & (magnitude >= FP16_SMALLEST_NORMAL) & (magnitude <= FP16_MAX))
     np.testing.assert_allclose(compiled[:2], reference[:2], rtol=1e-9)
+
+
+@pytest.mark.parametrize("size", [0, 1, 15, 16, 17, 47])
+def test_error_sums_of_a_few_elements_are_numpys(size):
+    """The compiled sums run in lanes of 16 elements: arrays shorter than a lane, a whole lane, and a tail after
+    whole lanes give numpy's count, and its sums to the last bits."""
+    from conformance import numerics
+    from conformance.accuracy.diagnosis import FP16_MAX, FP16_SMALLEST_NORMAL
+    from conformance.numerics.compiled import signed_error_sums
+
+    exact = np.random.default_rng(size).standard_normal(size).astype(np.float32)
+    y = exact.astype(np.float16).astype(np.float32)
+    with numerics.kernel_path("numba"):
+        compiled = signed_error_sums(y, exact, FP16_SMALLEST_NORMAL, FP16_MAX)
+    with numerics.kernel_path("numpy"):
+        reference = signed_error_sums(y, exact, FP16_SMALLEST_NORMAL, FP16_MAX)
+    assert compiled[2] == reference[2] == size
+    np.testing.assert_allclose(compiled[:2], reference[:2], rtol=1e-12, atol=0)

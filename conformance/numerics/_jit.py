@@ -305,21 +305,49 @@ def channels_first(src, dst, first, stop):
                             dst[b, g, c, r] = src[g, b, r, c]
 
 
+# Lanes of signed_error_sums: element i is summed into lane i % _ERROR_LANES. One float64 chain per sum waited on
+# the add before it (latency bound, 3-4 ns an element, up to 10x more where the kept elements branch unpredictably);
+# 16 independent chains run at the speed of reading the arrays.
+_ERROR_LANES = 16
+
+
+@numba.njit(inline="always")
+def _error_term(v, x, low, high):
+    """signed_error_sums's terms of one element: (e * sign(x), e^2, 1) where it is kept, else zeros."""
+    m = abs(x)
+    keep = (m >= low) & (m <= high) & (abs(v) < np.inf)
+    e = (v - x) if keep else 0.0
+    return e * np.copysign(1.0, x), e * e, np.int64(keep)
+
+
 @numba.njit(cache=True, nogil=True)
 def signed_error_sums(y, exact, low, high):
     """Over the elements of flat float32 arrays where ``y`` is finite and ``low <= |exact| <= high`` (so finite and
     non-zero), with e = y - exact in float64: (sum of e * sign(exact), sum of e^2, their count). One pass, no
-    temporaries."""
-    signed = 0.0
-    squares = 0.0
+    temporaries, no branch on the data: each sum runs in :data:`_ERROR_LANES` float64 lanes added up in lane order
+    at the end, so the result is a function of the arrays alone."""
+    lanes = _ERROR_LANES
+    signed = np.zeros(lanes)
+    squares = np.zeros(lanes)
+    counts = np.zeros(lanes, np.int64)
+    n = y.size
+    full = n - n % lanes
+    for start in range(0, full, lanes):
+        for j in range(lanes):  # a fixed count: the compiler keeps the lanes in vector registers
+            s, q, c = _error_term(np.float64(y[start + j]), np.float64(exact[start + j]), low, high)
+            signed[j] += s
+            squares[j] += q
+            counts[j] += c
+    for j in range(n - full):
+        s, q, c = _error_term(np.float64(y[full + j]), np.float64(exact[full + j]), low, high)
+        signed[j] += s
+        squares[j] += q
+        counts[j] += c
+    total_signed = 0.0
+    total_squares = 0.0
     count = 0
-    for i in range(y.size):
-        x = np.float64(exact[i])
-        v = np.float64(y[i])
-        m = abs(x)
-        if m >= low and m <= high and np.isfinite(v):
-            e = v - x
-            signed += e if x > 0.0 else -e
-            squares += e * e
-            count += 1
-    return signed, squares, count
+    for j in range(lanes):
+        total_signed += signed[j]
+        total_squares += squares[j]
+        count += counts[j]
+    return total_signed, total_squares, count
