@@ -55,11 +55,14 @@ def _first_sentence(doc: str) -> str | None:
 
 
 @lru_cache(maxsize=None)
-def stdlib_sentences() -> tuple[str, ...]:
+def stdlib_sentences(limit: int | None = None) -> tuple[str, ...]:
     """First sentences of the docstrings (module, class, function) of the public top-level standard-library modules,
-    in a fixed order (module name, then source position), without duplicates. Modules are parsed, never imported."""
+    in a fixed order (module name, then source position), without duplicates: the first ``limit`` of them (all with
+    None; the modules after the one that completes them are not read). Modules are parsed, never imported."""
     seen: dict[str, None] = {}
     for name in sorted(sys.stdlib_module_names):
+        if limit is not None and len(seen) >= limit:
+            break
         if name.startswith("_") or name in ("antigravity", "this"):
             continue
         try:
@@ -79,7 +82,7 @@ def stdlib_sentences() -> tuple[str, ...]:
             sentence = _first_sentence(doc) if doc else None
             if sentence:
                 seen.setdefault(sentence)
-    return tuple(seen)
+    return tuple(seen)[:limit]
 
 
 def tokenize(sentences, checkpoint: Path) -> dict[str, np.ndarray]:
@@ -136,7 +139,7 @@ def minilm(settings):
     checkpoint = _checkpoint_dir()
     model = load_model("bert-base", checkpoint=checkpoint, seq_len=SEQ_LEN)
     count = settings.profile_data.minilm_sentences
-    sentences = stdlib_sentences()
+    sentences = stdlib_sentences(2 * count)
     if len(sentences) < 2 * count:
         count = len(sentences) // 2
     evaluation = tokenize(sentences[0:2 * count:2], checkpoint)

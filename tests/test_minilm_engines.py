@@ -44,3 +44,14 @@ def test_minilm_is_judged_on_the_engines_own_outputs(tmp_path):
     fp16 = {r["check"]: r["value"] for r in records if r["precision"] == "fp16"}
     fp8 = {r["check"]: r["value"] for r in records if r["precision"] == "fp8"}
     assert fp8["embedding_cosine"] < fp16["embedding_cosine"] < 1.0  # the engine's roundings, not a copy of FP32
+
+
+@pytest.mark.parametrize("limit", [0, 1, 96, 257])
+def test_the_first_sentences_are_those_of_the_whole_list(limit):
+    """The MiniLM case reads the standard library only until it has the sentences it needs: the same ones, in the
+    same order, as the first of the whole list."""
+    from conformance.test_minilm import stdlib_sentences
+
+    everything = stdlib_sentences()
+    assert len(everything) > 257
+    assert stdlib_sentences(limit) == everything[:limit]
