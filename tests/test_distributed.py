@@ -902,3 +902,30 @@ def test_the_main_job_on_workers_and_on_a_cluster_gives_the_serial_records(tmp_p
                               {(r["model"], r["precision"]): r for r in spread["records"].values()}.values())
     assert "accuracy batches run on the local cluster (2 workers" in spread["output"]
     assert f"accuracy batches run on the cluster at {workers.client.scheduler.address} (2 workers" in again["output"]
+
+
+@pytest.mark.parametrize("edited, changes", [
+    ("conformance/numerics/kernels.py", True),
+    ("models/encoder.py", True),
+    ("conformance/hardware/ipu/precisions.toml", True),
+    ("conformance/accuracy/diagnosis.py", True),
+    ("boundedio/__init__.py", True),
+    ("conformance/perf/test04.py", False),
+    ("conformance/report/plots.py", False),
+    ("conformance/test_accuracy.py", False),
+    ("conformance/targets/audit.toml", False),
+])
+def test_the_suite_version_follows_the_computing_sources_only(tmp_path, edited, changes):
+    """Stored batches and calibrated scales are keyed by the code that computes them: an edit there gives another
+    version, an edit of the LoadGen audits, the reports or the test drivers keeps every stored batch."""
+    from conformance.distributed.fingerprint import compute_sources_sha256
+
+    repo = Path(__file__).resolve().parents[1]
+    for top in ("conformance", "models", "boundedio"):
+        shutil.copytree(repo / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
+    before = compute_sources_sha256(tmp_path)
+    assert compute_sources_sha256(tmp_path) == before
+    path = tmp_path / edited
+    assert path.is_file(), edited
+    path.write_bytes(path.read_bytes() + b"\n# edited\n")
+    assert (compute_sources_sha256(tmp_path) != before) == changes

@@ -288,3 +288,44 @@ def test_the_shared_tables_check_finds_a_models_table():
                            '[TEST04.exempt]\nwidedeep = "reason"\n[ipu.onnx.fp16]\nsnr_db = { min = 30.0 }\n')
     assert _keys_naming(sample, _built_in_models()) == [
         ("ipu", "resnet50"), ("smoke", "samples", "bert-base"), ("TEST04", "exempt", "widedeep")]
+
+
+def _module_path(module: str) -> Path | None:
+    base = REPO.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def test_the_computing_sources_hold_every_module_they_import():
+    """The stored batches and calibrated scales are keyed by the computing sources alone
+    (``conformance.distributed.fingerprint``): every project module those sources import, at any depth and inside
+    functions too, is one of them, so a change to any code that can reach a batch's bits changes the key."""
+    from conformance.distributed.fingerprint import COMPUTE_FILES, COMPUTE_FOLDERS
+
+    def covered(path: Path) -> bool:
+        relative = path.relative_to(REPO).as_posix()
+        return relative in COMPUTE_FILES or any(relative.startswith(folder + "/") for folder in COMPUTE_FOLDERS)
+
+    missing = [name for name in COMPUTE_FILES if not (REPO / name).is_file()]
+    assert not missing, f"listed computing files that do not exist: {missing}"
+    todo = [p for folder in COMPUTE_FOLDERS for p in (REPO / folder).rglob("*.py")]
+    todo += [REPO / name for name in COMPUTE_FILES if name.endswith(".py")]
+    seen: set[Path] = set()
+    outside = []
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for line, module, _ in _imports(path):
+            if _part(module) is None:
+                continue
+            target = _module_path(module)
+            if target is None:
+                continue
+            if not covered(target):
+                outside.append(f"{path.relative_to(REPO)}:{line} imports {module}")
+            todo.append(target)
+    assert not outside, "computing sources importing modules outside them:\n" + "\n".join(sorted(set(outside)))

@@ -1,4 +1,5 @@
-"""Fingerprints of what determines a batch's outputs: the suite's sources, and the objects a worker computes with.
+"""Fingerprints of what determines a batch's outputs: the suite's computing sources, and the objects a worker
+computes with.
 
 :func:`fingerprint` hashes an object by value, walking what it holds (dataclass fields, instance attributes, dicts,
 lists, arrays by dtype, shape and bytes, functions by name and the values they close over), so that a model and its
@@ -21,16 +22,40 @@ import numpy as np
 from conformance.fileio import sources_sha256
 
 _ROOT = Path(__file__).resolve().parents[2]
-# Everything a worker runs comes from these packages (code and data files).
-_SUITE = (_ROOT / "conformance", _ROOT / "models")
+# The code that computes a batch's outputs (and its probe's extras) from the model, its prepared ops and the inputs,
+# each of which a key holds by value, with the data files it reads: folders (with their subfolders) and single
+# modules, relative to the project's root. What is not here cannot change those bits: the LoadGen runs and audits,
+# the reports, the options and settings, the test drivers and the dataset readers (their arrays are keyed as inputs).
+# A change there keeps the stored batches and the calibrated scales; tests/test_layering.py checks that nothing here
+# imports it.
+COMPUTE_FOLDERS = ("models", "boundedio", "conformance/numerics", "conformance/hardware", "conformance/graphs",
+                   "conformance/engines", "conformance/distributed")
+COMPUTE_FILES = ("conformance/__init__.py", "conformance/fileio.py", "conformance/datafiles.py",
+                 "conformance/accuracy/__init__.py", "conformance/accuracy/evaluation.py",
+                 "conformance/accuracy/diagnosis.py", "conformance/accuracy/metrics.py", "conformance/accuracy/confidence.py",
+                 "conformance/targets/label_floors.py", "conformance/targets/label_floors.toml",
+                 "conformance/datasets/__init__.py", "conformance/datasets/base.py", "conformance/targets/__init__.py",
+                 "conformance/targets/accuracy.py", "conformance/targets/bounds.py", "conformance/targets/accuracy.toml")
 _SUITE_FILES = ("*.py", "*.toml")
 
 
 @functools.lru_cache(maxsize=1)
 def suite_version() -> str:
-    """SHA-256 of the suite's sources and data files (``conformance/`` and ``models/``): two processes that agree on
-    it compute the same bits from the same inputs."""
-    return sources_sha256(_ROOT, _SUITE, _SUITE_FILES, recursive=True)
+    """SHA-256 of the suite's computing sources and data files (:data:`COMPUTE_FOLDERS`, :data:`COMPUTE_FILES`): two
+    processes that agree on it compute the same bits from the same inputs."""
+    return compute_sources_sha256(_ROOT)
+
+
+def compute_sources_sha256(root: Path) -> str:
+    """:func:`suite_version` of the project at ``root``."""
+    root = Path(root)
+    h = hashlib.sha256()
+    h.update(sources_sha256(root, [root / folder for folder in COMPUTE_FOLDERS], _SUITE_FILES, recursive=True).encode())
+    for name in COMPUTE_FILES:
+        path = root / name
+        h.update(f"{name}|".encode())
+        h.update(path.read_bytes() if path.is_file() else b"(absent)")
+    return h.hexdigest()
 
 
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, PurePath)
