@@ -32,10 +32,11 @@ COMPUTE_FOLDERS = ("models", "boundedio", "conformance/numerics", "conformance/h
                    "conformance/engines", "conformance/distributed")
 COMPUTE_FILES = ("conformance/__init__.py", "conformance/fileio.py", "conformance/datafiles.py",
                  "conformance/accuracy/__init__.py", "conformance/accuracy/evaluation.py",
-                 "conformance/accuracy/diagnosis.py", "conformance/accuracy/metrics.py", "conformance/accuracy/confidence.py",
-                 "conformance/targets/label_floors.py", "conformance/targets/label_floors.toml",
-                 "conformance/datasets/__init__.py", "conformance/datasets/base.py", "conformance/targets/__init__.py",
-                 "conformance/targets/accuracy.py", "conformance/targets/bounds.py", "conformance/targets/accuracy.toml")
+                 "conformance/accuracy/diagnosis.py", "conformance/accuracy/metrics.py",
+                 "conformance/accuracy/confidence.py", "conformance/datasets/__init__.py",
+                 "conformance/datasets/base.py", "conformance/targets/__init__.py", "conformance/targets/accuracy.py",
+                 "conformance/targets/accuracy.toml", "conformance/targets/bounds.py",
+                 "conformance/targets/label_floors.py", "conformance/targets/label_floors.toml")
 _SUITE_FILES = ("*.py", "*.toml")
 
 
@@ -50,7 +51,8 @@ def compute_sources_sha256(root: Path) -> str:
     """:func:`suite_version` of the project at ``root``."""
     root = Path(root)
     h = hashlib.sha256()
-    h.update(sources_sha256(root, [root / folder for folder in COMPUTE_FOLDERS], _SUITE_FILES, recursive=True).encode())
+    folders = [root / folder for folder in COMPUTE_FOLDERS]
+    h.update(sources_sha256(root, folders, _SUITE_FILES, recursive=True).encode())
     for name in COMPUTE_FILES:
         path = root / name
         h.update(f"{name}|".encode())

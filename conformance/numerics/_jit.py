@@ -306,7 +306,7 @@ def channels_first(src, dst, first, stop):
 
 
 # Lanes of signed_error_sums: element i is summed into lane i % _ERROR_LANES. One float64 chain per sum waited on
-# the add before it (latency bound, 3-4 ns an element, up to 10x more where the kept elements branch unpredictably);
+# the add before it (latency bound, 3-4 ns an element, up to 3x more where the kept elements branch unpredictably);
 # 16 independent chains run at the speed of reading the arrays.
 _ERROR_LANES = 16
 
