@@ -64,3 +64,11 @@ def test_help_and_version_exit_0(capsys):
     assert _exit(["--help"]) == 0
     assert _exit(["--version"]) == 0
     assert "ipu-conformance" in capsys.readouterr().out
+
+
+def test_the_help_names_every_profile_of_the_main_job(capsys):
+    from conformance.targets.profiles import PROFILE_NAMES, RELEASE_PROFILE
+
+    assert _exit(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"[--profile {'|'.join(PROFILE_NAMES)}]" in out and f"at --profile {RELEASE_PROFILE}" in out

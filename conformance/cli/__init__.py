@@ -61,8 +61,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = UsageParser(
         prog="ipu-conformance", description="IPU conformance suite tools.",
         epilog="The conformance run itself is the pytest main job: pytest conformance/ --hardware ipu "
-               "[--profile smoke|default|full] [--model NAME,...] [--report-dir DIR] (see pytest --help, group "
-               "'IPU conformance suite'); its exit code is the release verdict.")
+               "[--profile smoke|default|full|release] [--model NAME,...] [--report-dir DIR] (see pytest --help, group "
+               "'IPU conformance suite'); its exit code is the verdict (the release verdict at --profile release).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
