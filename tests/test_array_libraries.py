@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conformance.numerics import arrays
-from conformance.report.libraries import compare_libraries
+from conformance.report.libraries import compare_libraries, noise_tolerance_db
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,6 +140,37 @@ def test_library_comparison_lists_half_partials_figures_that_are_not_bit_equal()
     other["fp8", "snr_db"] = 30.000001
     comparison = compare_libraries(_run("numpy", FIGURES), _run("torch:cuda", other))
     assert comparison.same and comparison.inexact_half_partials == ["accuracy/m/fp8//snr_db: 30.0 != 30.000001"]
+
+
+def _with_values(run: dict, values: int) -> dict:
+    """The run with each record's tensor metrics saying its figure was measured on ``values`` values."""
+    for record in run["records"]:
+        record["details"].update(worst_output="y", tensor_metrics={"y": {"values": values}})
+    return run
+
+
+def test_two_draws_of_the_rounding_noise_compare_within_their_spread():
+    assert noise_tolerance_db(8) == pytest.approx(6.57, abs=0.01)
+    assert noise_tolerance_db(512) == pytest.approx(1.59, abs=0.01)
+    assert noise_tolerance_db(10**6) == pytest.approx(0.0432, abs=1e-3)
+    other = dict(FIGURES)
+    other["fp16", "snr_db"] = 42.5  # a few roundings of 8 values flipped by the summation order
+    assert compare_libraries(_with_values(_run("numpy", FIGURES), 8), _with_values(_run("torch:cpu", other), 8)).same
+    comparison = compare_libraries(_with_values(_run("numpy", FIGURES), 512), _with_values(_run("torch:cpu", other),
+                                                                                           512))
+    assert comparison.figures == ["accuracy/m/fp16//snr_db: 40.0 != 42.5 (2.5 dB apart; two draws of the noise of 512 "
+                                  "values lie within 1.59 dB)"]
+    # without the count (or with different counts) the figure is held to the plain tolerance
+    assert not compare_libraries(_run("numpy", FIGURES), _run("torch:cpu", other)).same
+    assert not compare_libraries(_with_values(_run("numpy", FIGURES), 8), _with_values(_run("torch:cpu", other),
+                                                                                       16)).same
+
+
+def test_half_partials_noise_is_not_a_draw():
+    other = dict(FIGURES)
+    other["fp8", "snr_db"] = 31.0
+    comparison = compare_libraries(_with_values(_run("numpy", FIGURES), 8), _with_values(_run("torch:cpu", other), 8))
+    assert not comparison.same and "accuracy/m/fp8//snr_db: 30.0 != 31.0" in comparison.describe()
 
 
 def test_a_ratio_gates_target_follows_its_figure_within_the_tolerance():

@@ -78,8 +78,9 @@ def cosine(reference, hardware, what: str = "output") -> float:
 
 
 def tensor_metrics(reference, hardware, what: str = "output") -> dict[str, float]:
-    """The seed benchmark's five numbers plus cosine and SNR of one output. Relative differences divide by |ref|
-    (where ref is 0 they use the smallest normal float32, which is why max_rel_diff is never a gate)."""
+    """The seed benchmark's five numbers plus cosine and SNR of one output, and ``values``: how many values they
+    summarise. Relative differences divide by |ref| (where ref is 0 they use the smallest normal float32, which is
+    why max_rel_diff is never a gate)."""
     ref, hw = _as_pair(reference, hardware, what)
     diff = np.abs(hw - ref)
     rel = diff / np.maximum(np.abs(ref), np.finfo(np.float32).tiny)
@@ -92,6 +93,7 @@ def tensor_metrics(reference, hardware, what: str = "output") -> dict[str, float
         "cosine": cosine(ref, hw, what),
         "snr_db": snr_db(ref, hw, what),
         "error_bias": error_bias(ref, hw, what),
+        "values": int(ref.size),
     }
 
 

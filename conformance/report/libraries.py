@@ -7,6 +7,11 @@ figures must agree closely (a ratio gate's target too: it follows the figure it 
 
 * ``rounding_bias`` (the mean signed error of the FP16 results, in units of their spacing) follows the last bits of
   the FP32 sums at float partials: a different summation order moves it, within its gate;
+* ``snr_db`` at float partials measures the FP16 results' rounding noise, and a different summation order flips some
+  of the roundings of every layer, which carry on to the outputs: the two runs are two draws of the noise over the
+  same ``n`` values (``values`` in the record's tensor metrics). Their noise energies are compared: within
+  ``10 log10(1 + 10 / sqrt(n))`` dB, five times the spread (``2 / sqrt(n)``) of the ratio of two independent noise
+  energies of ``n`` values each (6.6 dB for 8 values, 1.6 dB for 512);
 * the host's facts (timings, the engine, ``details.array`` itself).
 
 At half partials (the fp8 precisions) the block products are exact in FP32 or rounded within one block before each
@@ -21,6 +26,8 @@ from dataclasses import dataclass, field
 HOST_FACTS = ("calibration_s", "run_s", "op_checks_s", "engine", "array")
 ORDER_SENSITIVE = ("rounding_bias",)  # follows the FP32 summation order at float partials
 DECISIONS = ("passed", "outcome", "established", "gating", "op", "units")
+NOISE_FIGURES = ("snr_db",)  # a draw of the rounding noise at float partials
+NOISE_SIGMAS = 5.0
 REL_TOL, ABS_TOL = 1e-2, 1e-6  # figures other than the order-sensitive ones
 
 
@@ -61,6 +68,19 @@ def _close(a, b) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
     return a == b
+
+
+def noise_tolerance_db(values: int) -> float:
+    """How far apart (dB) two correct SNRs of ``values`` values may lie when their roundings are two draws."""
+    return 10.0 * math.log10(1.0 + 2.0 * NOISE_SIGMAS / math.sqrt(values))
+
+
+def _noise_values(record: dict) -> int | None:
+    """The count of values an SNR record was measured on (its worst output's), None where the record does not say."""
+    details = record.get("details", {})
+    tensor = details.get("tensor_metrics", {}).get(details.get("worst_output"), {})
+    values = tensor.get("values") if isinstance(tensor, dict) else None
+    return values if isinstance(values, int) and not isinstance(values, bool) and values > 0 else None
 
 
 def _relative(a: float, b: float) -> float:
@@ -111,6 +131,14 @@ def compare_libraries(reference: dict, other: dict) -> LibraryComparison:
         if record["check"] in ORDER_SENSITIVE:
             continue
         relative = _relative(value, other_value)
+        values = _noise_values(record)
+        if (record["check"] in NOISE_FIGURES and not record.get("precision", "").startswith("fp8")
+                and values is not None and values == _noise_values(twin)):
+            apart = abs(value - other_value)
+            if not apart <= noise_tolerance_db(values):
+                result.figures.append(f"{key}: {value!r} != {other_value!r} ({apart:.3g} dB apart; two draws of the "
+                                      f"noise of {values} values lie within {noise_tolerance_db(values):.3g} dB)")
+            continue
         if relative > result.max_relative:
             result.max_relative, result.max_relative_check = relative, key
         if not _close(value, other_value):
