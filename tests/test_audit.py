@@ -298,6 +298,73 @@ def test_test01_fails_a_device_slower_in_every_logged_run(tmp_path):
     assert result.comparison.all_match  # the accuracy half holds: it is the performance half that fails
 
 
+class ScriptedSpeedDevice(HonestDevice):
+    """An honest device whose LoadGen run number i (1 = its first) takes ``factors[i - 1]`` times its service time:
+    a host whose load comes and goes."""
+
+    def __init__(self, factors):
+        super().__init__()
+        self.factors, self.runs = list(factors), 0
+
+    def load(self, indices):
+        self.runs += 1
+
+    def service_time(self, indices):
+        busy, latency = service(len(indices))
+        factor = self.factors[self.runs - 1]
+        return factor * busy, factor * latency
+
+
+def test_test01_on_a_host_whose_runs_spread_beyond_the_tolerance_is_not_established(tmp_path):
+    """Every logged run slower than the fastest plain one, but the plain runs themselves spread by 25% and a logged run
+    lies within the tolerance of a plain one: the host's noise, not the logging, may explain it (PASS*, saying so)."""
+    # runs: logged, plain; plain, logged; logged, plain; plain, logged
+    result = run01_timed(tmp_path, ScriptedSpeedDevice([1.34, 1.0, 1.0, 1.49, 1.54, 1.25, 1.0, 1.55]))
+    assert result.official_performance.startswith("TEST FAIL") and result.performance_ratio < 0.9, result.describe()
+    assert result.passed and not result.established and result.runs_each == 4, result.describe()
+    assert "not established: host-bound: the runs of one kind spread" in result.describe()
+    details = result.details()
+    assert len(details["logged_scores"]) == len(details["plain_scores"]) == 4
+    assert details["host_noise"].startswith("host-bound") and result.verdict_value == 1.0
+
+
+def test_test01_on_a_host_that_measures_consistently_a_slower_logged_run_fails(tmp_path):
+    """The same gap with each kind's runs within the tolerance of each other: the logging costs the time."""
+    result = run01_timed(tmp_path, ScriptedSpeedDevice([1.4, 1.0, 1.02, 1.42, 1.4, 1.01, 1.0, 1.41]))
+    assert not result.passed and result.established and result.host_noise == "", result.describe()
+
+
+def test_host_noise_names_a_spread_only_where_a_pair_of_runs_meets_the_bound():
+    def runs(*scores):
+        return [ScenarioResult("Offline", True, "samples/s", v, "samples/s", {}, "", False, "", query_count=1,
+                               details={"result_samples_per_second": v}) for v in scores]
+
+    def score(run):
+        return run.value
+
+    def within(a, b):
+        return 0.9 * b <= a <= 1.1 * b
+
+    assert audits.host_noise(runs(1.81, 1.63, 1.57, 1.57), runs(2.42, 2.43, 2.01, 2.44), score, within, 0.1).startswith(
+        "host-bound: the runs of one kind spread 21.4% on this host, more than the 10% the bound tells apart, and 1 "
+        "of 16 pairs of runs meet it")
+    assert audits.host_noise(runs(1.5, 1.55), runs(2.4, 2.0), score, within, 0.1) == ""  # no pair meets the bound
+    assert audits.host_noise(runs(1.5, 1.55), runs(1.72, 1.8), score, within, 0.1) == ""  # each kind consistent
+    assert audits.host_noise(runs(1.5), runs(1.8), score, within, 0.1) == ""  # one pair: nothing to tell noise by
+
+
+def test_test04_on_a_host_whose_runs_spread_beyond_the_bound_is_not_established(tmp_path):
+    calls = []
+    runner = scripted_runner({"reference": [10.0, 7.0, 10.0, 8.0], "same_sample": [12.0, 9.0, 12.0, 12.0]}, calls)
+    result = test04.run_test04(HonestDevice(), settings("Offline"), tmp_path, config=audit_targets.load_audit_config(),
+                               runner=runner, warmup=False)
+    assert result.official.startswith("TEST FAIL") and result.ratio == pytest.approx(1.2), result.describe()
+    assert result.passed and not result.established and result.runs_each == 4, result.describe()
+    assert result.gated_ratio == pytest.approx(0.9)  # the pair nearest the bound: 9 against 10
+    assert "not established: host-bound" in result.describe()
+    assert result.details()["reference_scores"] == [10.0, 7.0, 10.0, 8.0]
+
+
 def test_test01_a_wrong_answer_in_a_logged_run_measured_again_fails_at_once(tmp_path):
     """The first pair is outside the tolerance (its logged run slow), and the logged run measured again answers
     the neighbouring sample: the audit fails on that run's answers, and measures nothing more."""
