@@ -188,3 +188,17 @@ def test_simulated_figure_without_timing_model_and_several_models(sample):
     assert "simulated: C600 timing model, calibration ffffffffffff; simulated: C600 timing model, calibration 1a2b3c4d5e6f" in text
     offline = next(line for line in text.splitlines() if "samples_per_second" in line)
     assert "calibration ffffffffffff" in offline
+
+
+def test_an_audit_left_open_by_the_hosts_noise_says_so_after_the_matrix(sample):
+    from conformance.report.render.summary import establishing
+
+    results = copy.deepcopy(sample)
+    noise = ("host-bound: the runs of one kind spread 21.4% on this host, more than the 10% the bound tells apart, "
+             "and 1 of 16 pairs of runs meet it")
+    results["records"].append({"kind": "audit", "model": "conformer", "precision": "fp32", "scenario": "Offline",
+                               "check": "TEST01", "passed": True, "established": False, "gating": True,
+                               "details": {"host_noise": noise}})
+    assert f"conformer fp32 Offline TEST01: {noise}; a quieter host would settle it" in establishing(results)
+    results["records"][-1]["established"] = True  # a passed audit, established: nothing to say
+    assert not any("TEST01" in line for line in establishing(results))

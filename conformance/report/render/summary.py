@@ -39,7 +39,8 @@ def _establishing_command(results: dict, model: str, precision: str, samples: in
 def establishing(results: dict) -> list[str]:
     """Per model and precision with gated accuracy checks passed but not established (PASS*): the units it ran, the
     units that would establish them (``details.units_needed`` at the proportions seen, else at least
-    ``details.units_to_establish``) and the command that runs that many samples."""
+    ``details.units_to_establish``) and the command that runs that many samples; then each audit the host's run-to-run
+    spread left open (``details.host_noise``)."""
     wanted: dict[tuple[str, str], dict] = {}
     for record in results["records"]:
         details = record.get("details") or {}
@@ -72,6 +73,11 @@ def establishing(results: dict) -> list[str]:
         amount = f"about {entry['needed']}" if entry["exact"] else f"at least {entry['needed']}"
         lines.append(f"{model} {precision} ({', '.join(entry['checks'])}): {entry['units']} units; establishing "
                      f"takes {amount}: {_establishing_command(results, model, precision, samples)}")
+    for record in results["records"]:  # an audit the host's noise left open: more runs on this host would not settle it
+        noise = (record.get("details") or {}).get("host_noise")
+        if record["kind"] == "audit" and verdict(record) == NOT_ESTABLISHED and isinstance(noise, str) and noise:
+            lines.append(f"{record['model']} {record['precision']} {record.get('scenario') or ''} {record['check']}: "
+                         f"{noise}; a quieter host would settle it")
     return lines
 
 
