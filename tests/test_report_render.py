@@ -202,3 +202,16 @@ def test_an_audit_left_open_by_the_hosts_noise_says_so_after_the_matrix(sample):
     assert f"conformer fp32 Offline TEST01: {noise}; a quieter host would settle it" in establishing(results)
     results["records"][-1]["established"] = True  # a passed audit, established: nothing to say
     assert not any("TEST01" in line for line in establishing(results))
+
+
+def test_the_pass_star_legend_says_what_leaves_an_audit_open_where_one_is(sample):
+    results = copy.deepcopy(sample)
+    gated = next(r for r in results["records"] if r.get("gating", True) and r["kind"] != "audit")
+    gated.update(passed=True, established=False)  # a PASS* that is not an audit
+    assert render.not_established_note(results) == render.NOT_ESTABLISHED_NOTE
+    assert "An audit's PASS*" not in render.terminal(results, width=200)
+    audit = copy.deepcopy(gated)
+    audit.update(kind="audit", check="TEST01", scenario="Offline", id="audit/x/fp32/Offline/TEST01")
+    results["records"].append(audit)
+    assert render.not_established_note(results).startswith(render.NOT_ESTABLISHED_NOTE + " An audit's PASS*")
+    assert "An audit's PASS*: its timing comparison is not settled" in render.matrix_note(results)

@@ -26,7 +26,7 @@ from conformance.report.render.summary import (
 )
 from conformance.report.render.verdict_matrix import matrix, matrix_note
 from conformance.report.render.verdicts import (
-    HOST_BOUND_NOTE, NOT_ESTABLISHED, NOT_ESTABLISHED_NOTE, VERDICT_ORDER, fmt, verdict,
+    HOST_BOUND_NOTE, NOT_ESTABLISHED, NOT_ESTABLISHED_NOTE, VERDICT_ORDER, fmt, not_established_note, verdict,
 )
 from conformance.report.render.width import (
     CHECKS_DETAIL_COLUMNS, TERMINAL_FALLBACK, fit_table, simple_table, terminal_width, wrap,

@@ -7,7 +7,7 @@ from conformance.report.render.summary import (
     _short_id, _summary_pairs, check_counts, check_headers, check_rows, establishing, failed_tests, skipped_tests,
     verdict_line,
 )
-from conformance.report.render.verdicts import NOT_ESTABLISHED_NOTE
+from conformance.report.render.verdicts import not_established_note
 from conformance.report.render.width import CHECKS_DETAIL_COLUMNS, fit_table, terminal_width, wrap
 
 
@@ -24,7 +24,7 @@ def terminal(results: dict, detailed: bool = True, width: int | None = None) -> 
     if rows:
         lines += ["", fit_table(headers, rows, width)]
         if check_counts(results)["PASS*"]:
-            lines += wrap(NOT_ESTABLISHED_NOTE, width)
+            lines += wrap(not_established_note(results), width)
             for line in establishing(results):  # as written: a command stays one line to copy
                 lines.append(f"  {line}")
     if detailed and results["records"]:

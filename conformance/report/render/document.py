@@ -12,7 +12,7 @@ from conformance.report.render.summary import (
     TIMING_HEADER, _has_timing, _short_id, _summary_pairs, check_counts, check_headers, check_rows, establishing,
     failed_tests, known_failure_groups, skipped_tests, verdict_text,
 )
-from conformance.report.render.verdicts import NOT_ESTABLISHED_NOTE, verdict
+from conformance.report.render.verdicts import not_established_note, verdict
 
 
 MD_WIDTH = 100  # the widest prose line of compliance.md
@@ -79,7 +79,7 @@ def _checks_note(results: dict) -> str:
             "one), the target, and the verdict (XFAIL: waived by a known failure; (info): reported, not gated)."
             + (" Timing: whether a performance or audit figure was measured on the host or simulated by the timing "
                "model named above." if _has_timing(results) else "")
-            + (" " + NOT_ESTABLISHED_NOTE if check_counts(results)["PASS*"] else ""))
+            + (" " + not_established_note(results) if check_counts(results)["PASS*"] else ""))
 
 
 def sections(results: dict) -> list[Section]:

@@ -7,7 +7,7 @@ from conformance.report.checks import provenance
 from conformance.report.render.mlperf import _result_record
 from conformance.report.render.summary import check_counts
 from conformance.report.render.verdicts import (
-    HOST_BOUND_NOTE, NOT_ESTABLISHED, NOT_ESTABLISHED_NOTE, VERDICT_ORDER, verdict,
+    HOST_BOUND_NOTE, NOT_ESTABLISHED, VERDICT_ORDER, not_established_note, verdict,
 )
 from conformance.targets.accuracy import TENSOR_METRICS
 
@@ -94,7 +94,7 @@ def matrix_note(results: dict) -> str:
     if any(provenance(r).startswith("simulated") for r in results["records"]):
         parts.append("Performance figures are simulated by the timing model, not measured.")
     if check_counts(results)["PASS*"]:
-        parts.append(NOT_ESTABLISHED_NOTE)
+        parts.append(not_established_note(results))
     if any((r.get("details") or {}).get("host_bound") for r in results["records"] if verdict(r) == "FAIL"):
         parts.append(HOST_BOUND_NOTE)
     return " ".join(parts)
