@@ -61,6 +61,8 @@ def pytest_configure(config):
 
 
 NO_HYPOTHESIS = "-p no:hypothesispytest"
+# the options of every run the tests start: what the tests that look at figures ask for again (``plots_drawn``)
+CHILD_OPTIONS = f"{NO_HYPOTHESIS} --no-plots"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -80,6 +82,8 @@ def _children_start_fast():
     """The runs of pytest that tests start as subprocesses (the suite's CLI, end to end) start in about half the time:
 
     - they do not load Hypothesis's pytest plugin, which they never use (its import costs about 0.6 s of CPU per run);
+    - they write their reports without figures (``--no-plots``: matplotlib's import and the figures cost about 1 s
+      per report), but where a test looks at them (:func:`plots_drawn`);
     - where ``PYTHONDONTWRITEBYTECODE`` is set (container images set it), each child would compile every module of the
       project and rewrite the asserts of every pytest plugin's package again (about 1 s per run): the children write
       their bytecode into this test run's own directory instead (``PYTHONPYCACHEPREFIX``, removed with it), never
@@ -87,7 +91,7 @@ def _children_start_fast():
 
     Set where the tests run (an xdist worker, after it started), so only the processes the tests start see it."""
     previous = {name: os.environ.get(name) for name in ("PYTEST_ADDOPTS", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [previous["PYTEST_ADDOPTS"], NO_HYPOTHESIS]))
+    os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [previous["PYTEST_ADDOPTS"], CHILD_OPTIONS]))
     if previous["PYTHONDONTWRITEBYTECODE"]:
         del os.environ["PYTHONDONTWRITEBYTECODE"]
         os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(os.environ[CACHE_VARIABLE], "bytecode")
@@ -100,12 +104,19 @@ def _children_start_fast():
 
 
 @pytest.fixture
-def pytester(pytester, monkeypatch):
-    """pytester, whose runs (in process and as subprocesses) leave out Hypothesis's plugin as the tests' other
-    children do: pytester drops ``PYTEST_ADDOPTS`` as it starts, and an in-process run would import Hypothesis afresh
-    for its summary line."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS)
+def pytester(pytester, monkeypatch, request):
+    """pytester, whose runs (in process and as subprocesses) take the options of the tests' other children: pytester
+    drops ``PYTEST_ADDOPTS`` as it starts, and an in-process run would import Hypothesis afresh for its summary
+    line."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS if "plots_drawn" in request.fixturenames else CHILD_OPTIONS)
     return pytester
+
+
+@pytest.fixture
+def plots_drawn(monkeypatch):
+    """The runs this test starts draw the report's figures, as a user's run does (the tests' other children leave
+    them out)."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", NO_HYPOTHESIS)
 
 
 def _clear_table_loaders() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from conformance.report import plots, xfails
 from conformance.report.xfails import XFAILS_DIR
 from conformance.targets.profiles import load_profiles
 
+REPO = Path(__file__).resolve().parents[1]
 MODELS = ("albert", "bert-base", "resnet50")
 GOOD = """\
 # comment
@@ -171,3 +174,28 @@ def test_malformed_artifact_is_reported_not_fatal(tmp_path):
     np.savez(tmp_path / "artifacts" / "resnet50-fp8.npz", reference__logits=np.zeros(3))
     info = plots.write_plots(tmp_path, [])
     assert info["files"] == {} and "expected reference__<output> and hardware__<output>" in info["reason"]
+
+
+def _suite_run(pytester, tmp_path, *options: str) -> tuple[dict, str]:
+    """widedeep's fp16 accuracy test (ipu smoke) with a report: its results.json's plots section, and its output."""
+    report = tmp_path / "report"
+    result = pytester.runpytest(str(REPO / "conformance"), "--hardware", "ipu", "--profile", "smoke", "--model",
+                                "widedeep", "--precision", "fp16", "-k", "test_accuracy", "--report-dir", str(report),
+                                *options)
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    return json.loads((report / "results.json").read_text())["plots"], (report / "compliance.md").read_text()
+
+
+def test_a_run_of_the_suite_draws_its_figures(pytester, plots_drawn, tmp_path):
+    pytest.importorskip("matplotlib")
+    info, compliance = _suite_run(pytester, tmp_path)
+    assert info["status"] == "written" and info["files"] == {"widedeep-fp16": ["plots/widedeep-fp16-histograms.png"]}
+    assert (tmp_path / "report" / "plots" / "widedeep-fp16-histograms.png").read_bytes()[:4] == b"\x89PNG"
+    assert "plots/widedeep-fp16-histograms.png" in compliance
+
+
+def test_no_plots_writes_the_report_without_its_figures_and_says_so(pytester, tmp_path):
+    info, compliance = _suite_run(pytester, tmp_path, "--no-plots")
+    assert info == {"status": "skipped", "reason": plots.NOT_ASKED, "files": {}}
+    assert not (tmp_path / "report" / "plots").exists()
+    assert plots.NOT_ASKED in compliance

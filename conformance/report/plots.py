@@ -39,6 +39,7 @@ PLOTS_DIR = "plots"
 MAX_BINS = 60
 MAX_BLOCKS = 24  # more blocks than this: the profile is grouped one level up (wide&deep's 26 embedding tables)
 LATENCY_SCENARIOS = ("SingleStream", "MultiStream", "Server")
+NOT_ASKED = "--no-plots: the report was asked for without its figures"
 INSTALL_HINT = "matplotlib is not installed (pip install 'ipu-conformance[plots]')"
 LATENCY_NOTE = ("latency plots show LoadGen's logged percentiles (min, 50 ... 99.9, max): the run keeps no per-query "
                 "latencies")

@@ -428,7 +428,9 @@ class ReportSession:
             tests, records = _moved(tests, self.staging, report_dir), _moved(records, self.staging, report_dir)
         staging = self.staging if self.directory is not None else None
         plot_info, plot_error = None, None
-        if staging is not None:
+        if staging is not None and not self.settings.plots:
+            plot_info = {"status": "skipped", "reason": plots.NOT_ASKED, "files": {}}
+        elif staging is not None:
             try:
                 plot_info = plots.write_plots(staging, records, say=self._say)
             except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - raised again below, where it is handled

@@ -221,6 +221,11 @@ def _switch(value, settled: Settled) -> bool:
     return value
 
 
+def _not(value, settled: Settled) -> bool:
+    """A switch that turns something off: its field is the opposite of the switch."""
+    return not _switch(value, settled)
+
+
 def _one_of(names: Callable[[], tuple[str, ...]], flag: str):
     def check(value, settled: Settled) -> str:
         if value not in names():
@@ -508,6 +513,9 @@ OPTIONS: tuple[Option, ...] = (
            fields=("precisions",), recorded="precisions"),
     Option("--diagnose", "report the error layer by layer (SNR per op vs FP32) for every accuracy test, not only "
            "failing ones", _switch, switch=True, recorded=None),
+    Option("--no-plots", "write the report without its figures (the histograms, layer profiles and latency and "
+           "throughput plots of plots/ and the HTML report): a quicker report where no one looks at them (default: "
+           "drawn where matplotlib is installed)", _not, switch=True, fields=("plots",), recorded=None),
     Option("--baseline", "an earlier run's results.json: fail on accuracy drops or latency/throughput regressions "
            "beyond conformance/targets/regression.toml (default: no comparison)", _as_given, parse=parse_path,
            metavar="RESULTS_JSON", recorded="baseline"),

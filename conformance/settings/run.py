@@ -23,6 +23,7 @@ class RunSettings:
     precisions: tuple[str, ...]  # --precision (all of the hardware's when not given)
     report_dir: Path | None = None  # --report-dir
     diagnose: bool = False  # --diagnose
+    plots: bool = True  # not --no-plots: the report draws its figures (where matplotlib is installed)
     baseline: Path | None = None  # --baseline
     shard: Shard | None = None  # --shard
     xfail_file: Path | None = None  # --xfail-file, or the hardware's own file
