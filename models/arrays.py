@@ -198,5 +198,16 @@ def fmod(a, b):
     return xp.where(a < 0, -1.0, 1.0) * xp.remainder(xp.abs(a), xp.abs(b))
 
 
+def relu(x):
+    """``max(x, 0)`` with numpy's ``maximum(x, 0)``'s bits: NaN kept, negatives and -0.0 to +0.0 (the roundings to FP16
+    and FP8 give many -0.0). torch's own maximum, clamp and relu keep -0.0: its clamp, then ``+ 0.0`` (which turns
+    -0.0 into +0.0 and leaves every other value as it is), in a third of the time of ``where``; elsewhere
+    ``where(x <= 0, 0, x)``."""
+    xp = namespace(x)
+    if _is_torch(xp):
+        return _library(x).clamp_min(x, 0.0).add_(0.0)
+    return xp.where(x <= 0, 0.0, x)
+
+
 __all__ = ["ParamsOn", "asarray_like", "common", "conv2d", "conv2d_im2col", "device", "flip", "fmod", "library_key",
-           "namespace", "pad2d", "scalar_like"]
+           "namespace", "pad2d", "relu", "scalar_like"]

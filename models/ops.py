@@ -378,7 +378,7 @@ class Ops:
         xp, (x,) = common(x)
         if xp is np:
             return self._emit(name, np.maximum(x, np.float32(0)))
-        return self._emit(name, xp.where(x < 0, 0.0, x))  # numpy's maximum: NaN and -0.0 stay
+        return self._emit(name, arrays.relu(x))  # numpy's maximum's bits: NaN kept, -0.0 to +0.0
 
     def gelu(self, x, *, approximate="none", name):
         """GELU: ``"none"`` is the erf form (BERT), ``"tanh"`` the tanh approximation (ALBERT's gelu_new)."""

@@ -137,6 +137,16 @@ def test_unary_ops_on_torch_equal_numpy(op):
     np.testing.assert_allclose(got.numpy(), expected, rtol=2e-6, atol=1e-7)
 
 
+def test_relu_on_torch_gives_numpys_bits():
+    """NaN kept, -0.0 (many after a rounding to FP16 or FP8) and negatives to +0.0, the input left as it was."""
+    x = np.array([-0.0, 0.0, -1.0, 2.0, np.nan, -np.nan, -np.inf, np.inf, -1e-45, 1e-45], np.float32)
+    expected = FP32.relu(x, name="relu")
+    given = torch.from_numpy(x.copy())
+    got = FP32.relu(given, name="relu")
+    assert np.array_equal(got.numpy().view(np.uint32), expected.view(np.uint32))
+    assert np.array_equal(given.numpy().view(np.uint32), x.view(np.uint32))
+
+
 @pytest.mark.parametrize("call", [
     lambda ops, x, y: ops.add(x, y, name="t"),
     lambda ops, x, y: ops.sub(np.float32(1), x, name="t"),
