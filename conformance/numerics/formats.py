@@ -301,7 +301,7 @@ def nearest_rounding(fmt: str, scale: int, overflow: str, signed_zero: bool = Tr
     return _NearestRounding(format_info(fmt), scale, overflow, signed_zero, _F64 if float_dtype == np.float64 else _F32)
 
 
-def _round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
+def round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
                         signed_zero: bool = True) -> None:
     """RNE of contiguous float32/float64 ``x`` onto the scaled grid of ``info``, into ``out`` (may be ``x`` itself);
     see :class:`_NearestRounding`. Large arrays are split over the worker threads (:func:`run_split`)."""
@@ -374,22 +374,23 @@ def quantize(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: st
         if rounding == "stochastic" or x.dtype == given.xp.float64:  # drawn / rounded once on numpy
             return given.asarray(quantize(given.to_numpy(x), fmt, scale=scale, overflow=overflow, rounding=rounding,
                                           rng=rng))
-        return namespace.quantize(given, given.xp.astype(x, given.xp.float32, copy=False), info, scale, overflow)
+        return namespace.quantize(given, given.xp.astype(x, given.xp.float32, copy=False), info, scale, overflow,
+                                  host_rounding=round_nearest_into)
     arr = _as_float_array(x)
     if rounding == "stochastic":
         return _round_stochastic(arr, info, scale, overflow, rng)
     library = other_library()
     if library is not None and arr.dtype != np.float64:  # float64 is rounded once, on numpy
         return library.to_numpy(namespace.quantize(library, library.asarray(np.asarray(arr, np.float32)), info, scale,
-                                                   overflow))
+                                                   overflow, host_rounding=round_nearest_into))
     if arr.dtype == np.float64:
         work = np.asarray(arr, order="C")
         rounded = np.empty_like(work)
-        _round_nearest_into(work, rounded, info, scale, overflow)
+        round_nearest_into(work, rounded, info, scale, overflow)
         return rounded.astype(np.float32)
     work = np.asarray(arr, dtype=np.float32, order="C")
     out = np.empty(work.shape, np.float32)
-    _round_nearest_into(work, out, info, scale, overflow)
+    round_nearest_into(work, out, info, scale, overflow)
     return out
 
 
@@ -414,9 +415,10 @@ def round_inplace(y: np.ndarray, fmt: str, *, scale: int = 0, overflow: str = "s
     if rounding == "stochastic":
         y[...] = _round_stochastic(y, info, scale, overflow, rng)
     elif library is not None:
-        y[...] = library.to_numpy(namespace.quantize(library, library.asarray(y), info, scale, overflow))
+        y[...] = library.to_numpy(namespace.quantize(library, library.asarray(y), info, scale, overflow,
+                                                     host_rounding=round_nearest_into))
     else:
-        _round_nearest_into(y, y, info, scale, overflow)
+        round_nearest_into(y, y, info, scale, overflow)
     return y
 
 
@@ -470,7 +472,7 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
     if library is not None and a.dtype != np.float64 and b.dtype != np.float64:
         y = library.to_numpy(namespace.round_op(library, op, library.asarray(a.astype(np.float32, copy=False)),
                                                 library.asarray(b.astype(np.float32, copy=False)), info, scale,
-                                                overflow, round_a))
+                                                overflow, round_a, host_rounding=round_nearest_into))
         if out is None:
             return y
         out[...] = y
@@ -488,7 +490,7 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
             out = np.empty(shape, np.float32)
         y = np.asarray(_NUMPY_OPS[op](a, b, dtype=np.float32, out=out))
         if y.size:
-            _round_nearest_into(y, y, info, scale, overflow)
+            round_nearest_into(y, y, info, scale, overflow)
         return y
     y = np.empty(shape, np.float32) if out is None else out
     if y.size == 0:
@@ -524,7 +526,7 @@ def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int,
             raise TypeError("round_op: round_a=True needs an array a")
         a, b = (v if isinstance(v, float) else xp.astype(_library_float(library, v, f"round_op operand {what}"),
                                                          xp.float32, copy=False) for what, v in (("a", a), ("b", b)))
-        y = namespace.round_op(library, op, a, b, info, scale, overflow, round_a)
+        y = namespace.round_op(library, op, a, b, info, scale, overflow, round_a, host_rounding=round_nearest_into)
         return y if out is None else _write(out, y, xp)
     a, b = (_library_float(library, v if arrays.library_of(v) is not None else library.asarray(np.asarray(v)),
                            f"round_op operand {what}") for what, v in (("a", a), ("b", b)))
@@ -533,7 +535,7 @@ def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int,
                                      overflow=overflow, round_a=round_a))
     else:
         y = namespace.round_op(library, op, xp.astype(a, xp.float32, copy=False), xp.astype(b, xp.float32, copy=False),
-                               info, scale, overflow, round_a)
+                               info, scale, overflow, round_a, host_rounding=round_nearest_into)
     return y if out is None else _write(out, y, xp)
 
 
