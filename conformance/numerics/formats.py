@@ -302,7 +302,7 @@ def nearest_rounding(fmt: str, scale: int, overflow: str, signed_zero: bool = Tr
 
 
 def round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: int, overflow: str,
-                        signed_zero: bool = True) -> None:
+                       signed_zero: bool = True) -> None:
     """RNE of contiguous float32/float64 ``x`` onto the scaled grid of ``info``, into ``out`` (may be ``x`` itself);
     see :class:`_NearestRounding`. Large arrays are split over the worker threads (:func:`run_split`)."""
     rounding = nearest_rounding(info.name, scale, overflow, signed_zero, x.dtype.type)

@@ -34,7 +34,7 @@ def quantize(library, x, info, scale: int, overflow: str, no_inf: bool = False, 
 
     ``host_rounding``: the numpy path's rounding (``formats.round_nearest_into``). On the host, with the compiled
     kernels, it rounds over the array's own memory (one pass, numpy's bits, NaN payloads included): torch's casts to
-    its float8 dtypes on the CPU, and the checks around them, took four times as long (resnet50's fp8 forward at
+    its float8 dtypes on the CPU, and the checks around them, took about four times as long (resnet50's fp8 forward at
     batch 16: 1.1 s of its 6.1 s on torch:cpu)."""
     if host_rounding is not None and library.on_host and compiled.jit() is not None:
         x = library.contiguous(x)
