@@ -248,10 +248,10 @@ def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
 @pytest.mark.parametrize("spec", ["torch:cpu", "torch:cuda"])
 @pytest.mark.parametrize("overflow", ["sat", "nan"])
 @pytest.mark.parametrize("special", [None, float("inf"), float("nan")])
-def test_half_partials_per_block_fallback_equals_the_compiled_accumulator(spec, overflow, special):
-    """Where the compiled accumulator cannot run (a GPU, the numpy kernel path, NaN-on-overflow), the other library
-    rounds the running sum in array passes per block (the cast alone where every sum is finite, the whole rule set
-    where an operand holds Inf or NaN): the same bits as the compiled accumulator and as numpy."""
+def test_half_partials_in_array_passes_per_block_equal_numpy(spec, overflow, special):
+    """The other library's own half partials (a GPU's; the host's without the compiled kernels) round the running sum
+    in array passes per block (the cast alone where every sum is finite, the whole rule set where an operand holds
+    Inf or NaN): the same bits as numpy's compiled accumulator."""
     from conformance.numerics import arrays, compiled, namespace
     from conformance.numerics.formats import nearest_rounding
 
@@ -270,10 +270,39 @@ def test_half_partials_per_block_fallback_equals_the_compiled_accumulator(spec, 
     expected = matmul(a, b, operand_format="f143", overflow=overflow)  # numpy: saturates or overflows the same
     assert np.array_equal(per_block, expected, equal_nan=True)
     assert np.isfinite(per_block[1, 7]).all() == (special is None)  # the special value reached the sums
-    if library.on_host:
-        compiled_result = library.to_numpy(namespace.matmul_half(library, library.asarray(a), library.asarray(b), 32,
-                                                                 partials))
-        assert np.array_equal(per_block, compiled_result, equal_nan=True)
+
+
+@pytest.mark.numpy_only  # compares torch:cpu's tensors with numpy's arrays
+def test_half_partials_of_host_tensors_are_numpys_bits():
+    """On the host, with the compiled kernels, half partials of torch tensors run the numpy path's kernel over the
+    tensors' memory: numpy's bits also where the FP32 block sums are inexact (operands of many magnitudes), for
+    views (a transposed operand, a conv weight in the matmul's layout) and for conv2d's strides and groups; the
+    results are tensors."""
+    from conformance.numerics import arrays, conv_weight_matrix
+
+    try:
+        library = arrays.load("torch:cpu")
+    except arrays.ArrayLibraryError as exc:
+        pytest.skip(str(exc))
+    rng = np.random.default_rng(11)
+    a = grid(rng, (2, 70, 700), "f16") * np.exp2(rng.integers(-12, 12, (2, 70, 700))).astype(np.float32)
+    b = grid(rng, (2, 90, 700), "f16")
+    expected = matmul(a, np.swapaxes(b, 1, 2), partials="half")
+    assert not np.array_equal(expected[0], reference_half(a[0], b[0].T, DEFAULT_BLOCK["f16"]))  # inexact block sums
+    got = matmul(library.asarray(a), torch.transpose(library.asarray(b), 1, 2), partials="half")
+    assert isinstance(got, torch.Tensor) and np.array_equal(got.numpy(), expected)
+    a8, b8 = grid(rng, (64, 512), "f143", spread=30.0), grid(rng, (512, 48), "f143", spread=30.0)
+    expected = matmul(a8, b8, operand_format="f143")
+    got = matmul(library.asarray(a8), library.asarray(b8), operand_format="f143")
+    assert isinstance(got, torch.Tensor) and np.array_equal(got.numpy(), expected)
+    x = grid(rng, (2, 32, 15, 15), "f16", spread=8.0)
+    w = grid(rng, (24, 32, 3, 3), "f16", spread=8.0)
+    for options in ({"stride": 2, "padding": 1, "groups": 2}, {"padding": 1}):
+        groups = options.get("groups", 1)
+        expected = conv2d(x, w[:, :32 // groups], partials="half", **options)
+        weight = conv_weight_matrix(library.asarray(np.ascontiguousarray(w[:, :32 // groups])), groups)
+        got = conv2d(library.asarray(x), weight, partials="half", **options)
+        assert isinstance(got, torch.Tensor) and np.array_equal(got.numpy(), expected), options
 
 
 @pytest.mark.numpy_only  # calls the other library's kernels directly

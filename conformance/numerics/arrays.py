@@ -164,6 +164,24 @@ class ArrayLibrary:
             raise ValueError(f"host_view needs a contiguous array in host memory, got one on {x.device}")
         return x.numpy()
 
+    def host_strided_view(self, x) -> np.ndarray:
+        """An array of this library in host memory as a numpy array over the same memory with the same strides (no
+        copy; for numpy code that takes any layout, such as a BLAS call)."""
+        if self.is_numpy:
+            return x
+        if not self.on_host:
+            raise ValueError(f"host_strided_view needs an array in host memory, got one on {x.device}")
+        return x.numpy()
+
+    def wrap_host(self, y: np.ndarray):
+        """numpy array ``y`` as an array of this library over the same memory (the inverse of :meth:`host_view`: on
+        the host only, no copy)."""
+        if self.is_numpy:
+            return y
+        if not self.on_host:
+            raise ValueError(f"wrap_host makes arrays in host memory, not on {self.device}")
+        return self.module.from_numpy(y)
+
     def conv2d_fp32(self, x, w, stride, padding, dilation, groups: int):
         """The library's own FP32 NCHW convolution (float partials: any FP32 summation order is within the bound;
         TF32 off on CUDA, :func:`models.arrays.conv2d`)."""

@@ -325,11 +325,19 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     nbatch = int(np.prod(batch, dtype=np.int64))
     a3 = np.broadcast_to(a, batch + (m, k)).reshape(nbatch, m, k)
     b3 = np.broadcast_to(b, batch + (k, n)).reshape(nbatch, k, n)
-    if library is not None:
+    if library is not None and not _host_kernels(library):
         y = namespace.matmul_half(library, library.asarray(a3), library.asarray(b3), block,
                                   nearest_rounding("f16", 0, overflow, signed_zero=False))
         return library.to_numpy(y).reshape(batch + (m, n))
     return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
+
+
+def _host_kernels(library) -> bool:
+    """Whether half partials of ``library``'s arrays run the numpy path's kernel (its BLAS calls per block and its
+    compiled FP16 accumulation) over the arrays' own memory: on the host, with the compiled kernels. torch's CPU
+    products of one block (M x 32 @ 32 x N) are slower than OpenBLAS's: bert-base's (768, 768) @ (768, 3072) with FP8
+    partials took 2.2-4.4x numpy's time as batched torch calls; this way it is numpy's time and numpy's bits."""
+    return library.on_host and compiled.jit() is not None
 
 
 def _operands(first, second, first_name: str, second_name: str):
@@ -362,7 +370,11 @@ def _matmul_on(library, a, b, batch, m: int, k: int, n: int, partials: str, bloc
     nbatch = int(np.prod(batch, dtype=np.int64))
     a3 = xp.reshape(xp.broadcast_to(a, tuple(batch) + (m, k)), (nbatch, m, k))
     b3 = xp.reshape(xp.broadcast_to(b, tuple(batch) + (k, n)), (nbatch, k, n))
-    y = namespace.matmul_half(library, a3, b3, block, nearest_rounding("f16", 0, overflow, signed_zero=False))
+    if _host_kernels(library):
+        y = library.wrap_host(_matmul_half(library.host_strided_view(a3), library.host_strided_view(b3), block,
+                                           "nearest", None, overflow))
+    else:
+        y = namespace.matmul_half(library, a3, b3, block, nearest_rounding("f16", 0, overflow, signed_zero=False))
     return xp.reshape(y, tuple(batch) + (m, n))
 
 
@@ -438,6 +450,10 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
         return given.asarray(conv2d(given.to_numpy(x), given.to_numpy(w), stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, partials=partials, operand_format=operand_format,
                                     block=block, rounding=rounding, rng=rng, out_format=out_format, overflow=overflow))
+    if given is not None and partials == "half" and _host_kernels(given):  # the numpy path over the same memory
+        return given.wrap_host(_conv2d_numpy(given.host_strided_view(x), given.host_strided_view(w), stride,
+                                             padding, dilation, groups, partials, operand_format, block, rounding,
+                                             rng, out_format, overflow))
     if given is not None:
         if partials == "float":  # the library's FP32 convolution: within the same bound
             y = given.conv2d_fp32(x, w, stride, padding, dilation, groups)
@@ -445,7 +461,7 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
         return namespace.conv2d_half(given, x, w, stride, padding, dilation, groups, block,
                                      nearest_rounding("f16", 0, overflow, signed_zero=False))
     library = other_library() if rounding == "nearest" else None
-    if library is not None:
+    if library is not None and (partials == "float" or not _host_kernels(library)):
         xl, wl = library.asarray(x), library.asarray(w)
         if partials == "float":  # the library's FP32 convolution: within the same bound
             y = library.to_numpy(library.conv2d_fp32(xl, wl, stride, padding, dilation, groups))
@@ -454,6 +470,16 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
             return y
         return library.to_numpy(namespace.conv2d_half(library, xl, wl, stride, padding, dilation, groups, block,
                                                       nearest_rounding("f16", 0, overflow, signed_zero=False)))
+    return _conv2d_numpy(x, w, stride, padding, dilation, groups, partials, operand_format, block, rounding, rng,
+                         out_format, overflow)
+
+
+def _conv2d_numpy(x: np.ndarray, w: np.ndarray, stride, padding, dilation, groups: int, partials: str,
+                  operand_format: str, block: int, rounding: str, rng, out_format, overflow: str) -> np.ndarray:
+    """:func:`conv2d` of checked float32 numpy operands on the numpy path: float partials through the FP32 models'
+    convolution, half partials as the im2col matmul."""
+    n, _, h, wd = x.shape
+    o, cg, kh, kw = w.shape
     if partials == "float":  # any FP32 summation order is within the same error bound: the fast FP32 layout
         y = conv2d_fp32(x, w, stride, padding, dilation, groups)
         if out_format == "f16":

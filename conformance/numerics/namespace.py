@@ -8,10 +8,10 @@ selected, with the same validated arguments, and they give the same bits.
   finite value beyond the max rounds to it, since RNE acts before the overflow test: the same result), FP8 Inf gives
   NaN, FP16 keeps +-Inf and its finite overflow gives +-65504 or NaN, and NaN inputs keep their payload.
 * Half partials: the products of every block of K are one batched matmul, ``(blocks, batch, M, block) @ (blocks,
-  batch, block, N)``, and the FP16 running sum over the blocks is one compiled pass per group of blocks on the host
-  (numba, the kernel of the numpy path), or the chain of array operations elsewhere. The FP32 sum inside a block is
-  the library's: its order may differ from numpy's BLAS, so results agree bit for bit where block sums are exact and
-  otherwise within the FP32 accumulation bound of a block.
+  batch, block, N)``, and the FP16 running sum over the blocks is a chain of array operations per block. The FP32 sum
+  inside a block is the library's: its order may differ from numpy's BLAS, so results agree bit for bit where block
+  sums are exact and otherwise within the FP32 accumulation bound of a block. (On the host, with the compiled
+  kernels, :mod:`.kernels` runs the numpy path's kernel over the arrays' memory instead: numpy's bits.)
 * conv2d: im2col in the same K order as the numpy path (kernel taps, input channels fastest), so the blocks hold the
   same products.
 """
@@ -99,14 +99,10 @@ def _accumulate(library, acc, products, partials) -> None:
     (blocks, size), both contiguous float32 of ``library``; ``partials``: the numpy path's FP16 rounding of the
     partials (``formats.nearest_rounding("f16", 0, overflow, signed_zero=False)``).
 
-    Off the host (or for NaN-on-overflow, or on the numpy kernel path) it is one chain of array operations per block.
-    Where no product is beyond 2**127 and the accumulator holds no NaN, Inf or value beyond the FP16 max (checked once
-    per call, two reductions), no sum is infinite, so each block's rounding skips the range check and the selections
-    that keep infinite inputs (``quantize(..., no_inf=True)``); a NaN from an overflow then stays the quiet NaN."""
-    fused = compiled.jit() if library.on_host and partials.overflow == "sat" else None
-    if fused is not None:  # the numpy path's compiled accumulator, on the same memory
-        compiled.accumulator(fused, partials)(library.host_view(acc), library.host_view(products))
-        return
+    One chain of array operations per block. Where no product is beyond 2**127 and the accumulator holds no NaN, Inf
+    or value beyond the FP16 max (checked once per call, two reductions), no sum is infinite, so each block's rounding
+    skips the range check and the selections that keep infinite inputs (``quantize(..., no_inf=True)``); a NaN from
+    an overflow then stays the quiet NaN."""
     info = partials.info
     no_inf = _within(library, products, _FINITE_PRODUCTS) and _within(library, acc, float(info.max_value))
     for j in range(products.shape[0]):
