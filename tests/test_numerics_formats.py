@@ -375,3 +375,31 @@ def test_round_op_of_a_transposed_view_and_a_broadcast_operand_is_the_rounded_op
     expected = quantize({"add": np.add, "sub": np.subtract, "mul": np.multiply}[op](t, b, dtype=np.float32), "f16")
     got = round_op(op, t, b)
     assert got.flags.c_contiguous and np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.numpy_only  # compares torch:cpu's tensors with numpy's arrays
+@pytest.mark.parametrize("fmt", ["f16", "f143"])
+def test_round_op_of_host_tensors_is_numpys_bits(fmt):
+    """On the host, with the compiled kernels, ``round_op`` of torch tensors is the numpy path's pass over their
+    memory: numpy's bits on hard values (NaN, +-Inf, ties, overflow) for a same-shaped, a broadcast and a Python float
+    operand, a transposed view, ``round_a`` and a float16 operand; the result is a tensor."""
+    torch = pytest.importorskip("torch")
+    from conformance.numerics import arrays
+
+    library = arrays.load("torch:cpu")
+    scale = -3 if fmt == "f143" else 0
+    x = hard_float32_values("f143")[:600_000].reshape(1000, 600) * np.float32(2.0**scale)
+    row = x[7].copy()
+    with np.errstate(over="ignore"):
+        half = x.astype(np.float16)
+    cases = [("add", x, x[::-1].copy(), {}), ("mul", x, row, {}), ("sub", x, 0.1, {}), ("div", x.T, x[:, 7].copy(), {}),
+             ("add", x, row, {"round_a": True}), ("mul", half, row, {})]
+    for op, a, b, options in cases:
+        with np.errstate(all="ignore"):
+            expected = round_op(op, a, b, fmt, scale=scale, **options)
+        ta = torch.from_numpy(np.ascontiguousarray(a.T)).T if a.ndim == 2 and not a.flags.c_contiguous else (
+            torch.from_numpy(a))
+        tb = b if isinstance(b, float) else torch.from_numpy(b)
+        got = round_op(op, ta, tb, fmt, scale=scale, **options)
+        assert isinstance(got, torch.Tensor) and library.on_host
+        assert np.array_equal(got.numpy().view(np.uint32), expected.view(np.uint32)), (op, options)

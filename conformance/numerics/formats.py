@@ -477,6 +477,15 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
             return y
         out[...] = y
         return out
+    return _round_op_numpy(op, a, b, info, scale, overflow, out, round_a)
+
+
+def _round_op_numpy(op: str, a: np.ndarray, b: np.ndarray, info: FormatInfo, scale: int, overflow: str, out,
+                    round_a: bool) -> np.ndarray:
+    """:func:`round_op` of checked numpy operands on the numpy path: one compiled pass where the compiled loop takes
+    the operands, otherwise the op with numpy and the rounding in place."""
+    fmt = info.name
+    shape = np.broadcast_shapes(a.shape, b.shape)
     kernels = compiled.jit()
     split = None
     overlap = out is not None and ((out is not a and np.shares_memory(out, a)) or np.shares_memory(out, b))
@@ -521,9 +530,15 @@ def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int,
     """:func:`round_op` of operands one of which (at least) is an array of ``library``: computed on its device (a numpy
     operand, such as a scalar, moved there), the result an array of ``library``."""
     xp = library.xp
+    if round_a and isinstance(a, float):
+        raise TypeError("round_op: round_a=True needs an array a")
+    if library.on_host and compiled.jit() is not None:  # the numpy path's pass over the arrays' memory
+        a, b = (np.float32(v) if isinstance(v, float) else library.host_strided_view(_library_float(
+            library, v if arrays.library_of(v) is not None else library.asarray(np.asarray(v)),
+            f"round_op operand {what}")) for what, v in (("a", a), ("b", b)))
+        y = library.wrap_host(_round_op_numpy(op, a, b, info, scale, overflow, None, round_a))
+        return y if out is None else _write(out, y, xp)
     if isinstance(a, float) or isinstance(b, float):  # a Python float beside the array: a float32 operand, not moved
-        if round_a and isinstance(a, float):
-            raise TypeError("round_op: round_a=True needs an array a")
         a, b = (v if isinstance(v, float) else xp.astype(_library_float(library, v, f"round_op operand {what}"),
                                                          xp.float32, copy=False) for what, v in (("a", a), ("b", b)))
         y = namespace.round_op(library, op, a, b, info, scale, overflow, round_a, host_rounding=round_nearest_into)
