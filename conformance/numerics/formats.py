@@ -532,7 +532,7 @@ def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int,
     xp = library.xp
     if round_a and isinstance(a, float):
         raise TypeError("round_op: round_a=True needs an array a")
-    if library.on_host and compiled.jit() is not None:  # the numpy path's pass over the arrays' memory
+    if compiled.over_host_memory(library):  # the numpy path's single pass over the arrays' memory
         a, b = (np.float32(v) if isinstance(v, float) else library.host_strided_view(_library_float(
             library, v if arrays.library_of(v) is not None else library.asarray(np.asarray(v)),
             f"round_op operand {what}")) for what, v in (("a", a), ("b", b)))

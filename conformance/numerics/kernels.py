@@ -325,19 +325,11 @@ def matmul(a, b, *, partials: str = "float", operand_format: str = "f16", block:
     nbatch = int(np.prod(batch, dtype=np.int64))
     a3 = np.broadcast_to(a, batch + (m, k)).reshape(nbatch, m, k)
     b3 = np.broadcast_to(b, batch + (k, n)).reshape(nbatch, k, n)
-    if library is not None and not _host_kernels(library):
+    if library is not None and not compiled.over_host_memory(library):
         y = namespace.matmul_half(library, library.asarray(a3), library.asarray(b3), block,
                                   nearest_rounding("f16", 0, overflow, signed_zero=False))
         return library.to_numpy(y).reshape(batch + (m, n))
     return _matmul_half(a3, b3, block, rounding, rng, overflow).reshape(batch + (m, n))
-
-
-def _host_kernels(library) -> bool:
-    """Whether half partials of ``library``'s arrays run the numpy path's kernel (its BLAS calls per block and its
-    compiled FP16 accumulation) over the arrays' own memory: on the host, with the compiled kernels. torch's CPU
-    products of one block (M x 32 @ 32 x N) are slower than OpenBLAS's: bert-base's (768, 768) @ (768, 3072) with FP8
-    partials took 2.2-4.4x numpy's time as batched torch calls; this way it is numpy's time and numpy's bits."""
-    return library.on_host and compiled.jit() is not None
 
 
 def _operands(first, second, first_name: str, second_name: str):
@@ -370,7 +362,9 @@ def _matmul_on(library, a, b, batch, m: int, k: int, n: int, partials: str, bloc
     nbatch = int(np.prod(batch, dtype=np.int64))
     a3 = xp.reshape(xp.broadcast_to(a, tuple(batch) + (m, k)), (nbatch, m, k))
     b3 = xp.reshape(xp.broadcast_to(b, tuple(batch) + (k, n)), (nbatch, k, n))
-    if _host_kernels(library):
+    # On the host the numpy path's kernel: torch's CPU products of one block (M x 32 @ 32 x N) are slower than
+    # OpenBLAS's (bert-base's (768, 768) @ (768, 3072) with FP8 operands took 2.2-4.4x numpy's time as batched calls)
+    if compiled.over_host_memory(library):
         y = library.wrap_host(_matmul_half(library.host_strided_view(a3), library.host_strided_view(b3), block,
                                            "nearest", None, overflow))
     else:
@@ -450,7 +444,7 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
         return given.asarray(conv2d(given.to_numpy(x), given.to_numpy(w), stride=stride, padding=padding,
                                     dilation=dilation, groups=groups, partials=partials, operand_format=operand_format,
                                     block=block, rounding=rounding, rng=rng, out_format=out_format, overflow=overflow))
-    if given is not None and partials == "half" and _host_kernels(given):  # the numpy path over the same memory
+    if given is not None and partials == "half" and compiled.over_host_memory(given):  # numpy's, over their memory
         return given.wrap_host(_conv2d_numpy(given.host_strided_view(x), given.host_strided_view(w), stride,
                                              padding, dilation, groups, partials, operand_format, block, rounding,
                                              rng, out_format, overflow))
@@ -461,7 +455,7 @@ def conv2d(x, w, *, stride=1, padding=0, dilation=1, groups: int = 1, partials: 
         return namespace.conv2d_half(given, x, w, stride, padding, dilation, groups, block,
                                      nearest_rounding("f16", 0, overflow, signed_zero=False))
     library = other_library() if rounding == "nearest" else None
-    if library is not None and (partials == "float" or not _host_kernels(library)):
+    if library is not None and (partials == "float" or not compiled.over_host_memory(library)):
         xl, wl = library.asarray(x), library.asarray(w)
         if partials == "float":  # the library's FP32 convolution: within the same bound
             y = library.to_numpy(library.conv2d_fp32(xl, wl, stride, padding, dilation, groups))

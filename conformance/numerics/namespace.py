@@ -36,7 +36,7 @@ def quantize(library, x, info, scale: int, overflow: str, no_inf: bool = False, 
     kernels, it rounds over the array's own memory (one pass, numpy's bits, NaN payloads included): torch's casts to
     its float8 dtypes on the CPU, and the checks around them, took about four times as long (resnet50's fp8 forward at
     batch 16: 1.1 s of its 6.1 s on torch:cpu)."""
-    if host_rounding is not None and library.on_host and compiled.jit() is not None:
+    if host_rounding is not None and compiled.over_host_memory(library):
         x = library.contiguous(x)
         out = library.xp.empty_like(x)
         host_rounding(library.host_view(x), library.host_view(out), info, scale, overflow)
