@@ -472,7 +472,7 @@ def _conv2d_numpy(x: np.ndarray, w: np.ndarray, stride, padding, dilation, group
                   operand_format: str, block: int, rounding: str, rng, out_format, overflow: str) -> np.ndarray:
     """:func:`conv2d` of checked float32 numpy operands on the numpy path: float partials through the FP32 models'
     convolution, half partials as the im2col matmul."""
-    n, _, h, wd = x.shape
+    n = x.shape[0]
     o, cg, kh, kw = w.shape
     if partials == "float":  # any FP32 summation order is within the same error bound: the fast FP32 layout
         y = conv2d_fp32(x, w, stride, padding, dilation, groups)
