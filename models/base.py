@@ -26,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 
 from boundedio import GIB, INT64, JSON_CONFIG_LIMIT, ascii_decimal, ascii_integer, load_json, parse_json, regular_file
 from models import arrays
+from models.blas import host_arithmetic
 from models.ops import FP32, Ops
 
 
@@ -590,10 +591,12 @@ def recipe_version() -> str:
 
 
 def seeded_key(model: str, config, seed: int) -> dict:
-    """What a model's seeded weights are a function of, as a JSON object: the model, its whole config, the seed and
-    the recipes' version (:func:`recipe_version`)."""
+    """What a model's seeded weights are a function of, as a JSON object: the model, its whole config, the seed, the
+    recipes' version (:func:`recipe_version`) and the host's arithmetic (a recipe that runs the model, as resnet50's
+    batch statistics do, gets other bits from another BLAS kernel: :func:`models.blas.host_arithmetic`)."""
     fields = json.loads(json.dumps(dataclasses.asdict(config), sort_keys=True, default=str))
-    return {"model": model, "config": fields, "seed": int(seed), "recipe": recipe_version()}
+    return {"model": model, "config": fields, "seed": int(seed), "recipe": recipe_version(),
+            "host": json.loads(json.dumps(host_arithmetic()))}
 
 
 def cached_params(params: Mapping[str, np.ndarray], shapes: dict[str, tuple[int, ...]], source: str) -> dict[str, np.ndarray]:

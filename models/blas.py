@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
+import threadpoolctl
 
 # Rows (or columns) per block: large enough that a block runs BLAS at its full single-thread speed (measured: 256
 # rows of a 768 x 3072 product within 3% of the whole product's speed), small enough to share out a batch of rows.
@@ -47,9 +49,45 @@ def _pool(count: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=count, thread_name_prefix="models-blas")
 
 
+def blas_signature() -> dict[str, list]:
+    """The BLAS libraries loaded in this process, by library name: API, version and CPU kernels (the bits of the FP32
+    ops depend on them). Not the thread count: a product's threads share out its rows and columns, never the sum
+    over one element's terms, so the bits are the same on any count (measured on the six models at every
+    precision, one thread against two), and each worker may use its share of the cores."""
+    return {os.path.basename(str(info.get("filepath"))): [info.get("internal_api"), info.get("version"),
+                                                          info.get("architecture")]
+            for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"}
+
+
 @functools.lru_cache(maxsize=1)
-def _controller() -> ThreadpoolController:
-    return ThreadpoolController()
+def host_arithmetic() -> dict:
+    """What, beside the suite's sources and a batch's inputs, decides the bits this host computes: the BLAS libraries
+    and their CPU kernels (one OpenBLAS build sums a product in another order on another CPU: its Haswell and
+    Sandybridge kernels give other FP32, FP16 and FP8 outputs of the same model on the same machine), numpy's
+    version and the SIMD targets its loops dispatch to on this CPU (its float32 transcendental functions). Fixed for
+    the process's life (the BLAS kernel is chosen as numpy loads it); the caller must not change the result."""
+    umath = np._core._multiarray_umath
+    features = getattr(umath, "__cpu_features__", {})
+    simd = sorted(set(getattr(umath, "__cpu_baseline__", ())) |
+                  {target for target in getattr(umath, "__cpu_dispatch__", ()) if features.get(target)})
+    return {"blas": _numpys_blas(blas_signature()), "numpy": np.__version__, "numpy_simd": simd}
+
+
+def _numpys_blas(signature: dict[str, list]) -> dict[str, list]:
+    """The entries of ``signature`` that numpy's own products call (the BLAS its wheel ships, next to it), so that
+    another package's BLAS loaded later (scipy's) does not change the host's arithmetic; all of them when none is
+    numpy's own (a numpy linked to the system's BLAS)."""
+    here = Path(np.__file__).resolve().parent
+    own = {str(here), str(here.with_name(here.name + ".libs"))}
+    paths = {os.path.basename(str(info.get("filepath"))): str(Path(str(info.get("filepath"))).resolve().parent)
+             for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"}
+    mine = {name: value for name, value in signature.items() if paths.get(name) in own}
+    return mine or signature
+
+
+@functools.lru_cache(maxsize=1)
+def _controller() -> threadpoolctl.ThreadpoolController:
+    return threadpoolctl.ThreadpoolController()
 
 
 _limit_lock = threading.Lock()

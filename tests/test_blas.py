@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -136,3 +142,54 @@ def test_blas_threads_are_restored_whatever_order_threads_leave_the_single_threa
         t.join(20)
     assert seen == [[("limit", 1, "blas")]]
     assert calls == [("limit", 1, "blas"), "restore"]
+
+
+_OTHER_KERNEL = """
+import json, sys
+import numpy as np
+from models import blas
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal((64, 576), dtype=np.float32), rng.standard_normal((576, 448), dtype=np.float32)
+with blas.single_threaded():
+    product = np.matmul(a, b)
+print(json.dumps({"arithmetic": blas.host_arithmetic(), "product": product.view(np.uint32).tolist()}))
+"""
+
+
+def _with_kernel(coretype: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
+    done = subprocess.run([sys.executable, "-c", _OTHER_KERNEL], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1], check=True)
+    return json.loads(done.stdout)
+
+
+def test_the_host_arithmetic_names_the_blas_kernel_whose_sums_it_decides():
+    """One OpenBLAS build on one machine, made to run its Sandybridge kernels (no FMA): another product of the same
+    float32 operands, and another host arithmetic, so nothing keyed by it is shared between the two."""
+    here = _with_kernel(None)
+    if not any(api == "openblas" and kernel not in (None, "Sandybridge")
+               for api, _, kernel in here["arithmetic"]["blas"].values()):
+        pytest.skip(f"numpy's BLAS here cannot be told to run other kernels: {here['arithmetic']['blas']}")
+    other = _with_kernel("Sandybridge")
+    if other["arithmetic"] == here["arithmetic"]:
+        pytest.skip("this OpenBLAS build does not follow OPENBLAS_CORETYPE (not built with DYNAMIC_ARCH)")
+    assert [kernel for _, _, kernel in other["arithmetic"]["blas"].values()] == ["Sandybridge"]
+    assert other["product"] != here["product"]
+
+
+def test_another_packages_blas_is_not_numpys_arithmetic(monkeypatch):
+    """scipy's own OpenBLAS, loaded later, is not what numpy's products call."""
+    import scipy.linalg  # noqa: F401 - its BLAS loaded too
+
+    blas.host_arithmetic.cache_clear()
+    numpys = blas.host_arithmetic()["blas"]
+    loaded = blas.blas_signature()
+    assert len(loaded) > len(numpys) >= 1
+    monkeypatch.setattr(blas, "blas_signature", lambda: {**loaded, "libother_openblas.so": ["openblas", "0", "Zen"]})
+    blas.host_arithmetic.cache_clear()
+    try:
+        assert blas.host_arithmetic()["blas"] == numpys
+    finally:
+        blas.host_arithmetic.cache_clear()

@@ -56,7 +56,7 @@ from conformance.numerics import arrays
 from conformance.numerics.formats import worker_threads
 from conformance.targets.profiles import load_profiles
 from conformance.test_accuracy import AccuracyRuns
-from models import MODEL_NAMES, load_model, run_batched
+from models import MODEL_NAMES, blas, load_model, run_batched
 from models.seeds import EVAL_SEED, WEIGHT_SEED
 from tests.test_dataset_criteo import criteo_lines
 from tests.test_heap import bytes_mapped_for_a_large_array
@@ -344,6 +344,18 @@ def test_the_fingerprint_follows_the_weights_and_the_prepared_ops():
     assert fp16 != fingerprint((other, backend.prepare(other, "fp16")))
     with pytest.raises(TypeError, match=r"cannot fingerprint obj\[1\]: a lock"):
         fingerprint([1, threading.Lock()])
+
+
+def test_a_batch_stored_by_a_host_of_other_arithmetic_is_computed_again(tmp_path, monkeypatch):
+    """A cache directory shared with a host whose BLAS runs other kernels never gives this one that host's bits."""
+    store = BatchStore(tmp_path)
+    key = store.key("identity", {"x": np.arange(4)}, {})
+    store.write("job", key, {"y": np.ones(3, np.float32)}, {})
+    here = blas.host_arithmetic()
+    kernels = {name: [api, version, "Sandybridge"] for name, (api, version, _) in here["blas"].items()}
+    monkeypatch.setattr("conformance.distributed.store.host_arithmetic", lambda: {**here, "blas": kernels})
+    other = store.key("identity", {"x": np.arange(4)}, {})
+    assert other != key and store.read("job", other) is None and not store.replaced
 
 
 def test_a_damaged_stored_batch_is_computed_again(tmp_path):

@@ -101,6 +101,14 @@ def test_the_key_holds_the_suites_sources(model, settings, tmp_path, monkeypatch
     assert len(_entries(store)) == 2
 
 
+def test_the_key_holds_the_hosts_arithmetic(model, settings, tmp_path, monkeypatch):
+    store = ScaleCache(tmp_path)
+    _calibrate(model, settings, store)
+    monkeypatch.setattr("conformance.datasets.cache.host_arithmetic", lambda: {"blas": {}, "numpy": "0", "numpy_simd": []})
+    _calibrate(model, settings, store)
+    assert len(_entries(store)) == 2
+
+
 def _rewrite(path, change):
     entry = json.loads(path.read_text())
     change(entry)

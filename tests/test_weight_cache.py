@@ -3,6 +3,7 @@ function of, and a damaged entry rebuilt with a warning, never used."""
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
@@ -20,6 +21,7 @@ from conformance.fileio import write_entry
 from conformance.settings.options import SettingsError, check_environment
 from models import load_model
 from models.base import recipe_version, seeded_key, seeded_weight_store, use_seeded_weight_store
+from models.blas import host_arithmetic
 from models.widedeep import build_config
 
 # a small wide&deep (seeded weights built in well under a second)
@@ -72,9 +74,11 @@ def test_the_key_holds_model_config_seed_and_recipe(cache):
     key, path = _entry(cache)
     assert key["model"] == "widedeep" and key["seed"] == 0 and key["recipe"] == recipe_version()
     assert key["config"]["hidden_sizes"] == [16, 8]
+    assert key["host"] == json.loads(json.dumps(host_arithmetic()))
     paths = {path, _entry(cache, seed=1)[1], _entry(cache, embedding_dim=8)[1],
-             cache.path("widedeep", {**key, "recipe": "another recipe"})}
-    assert len(paths) == 4
+             cache.path("widedeep", {**key, "recipe": "another recipe"}),
+             cache.path("widedeep", {**key, "host": {**key["host"], "numpy": "another numpy"}})}
+    assert len(paths) == 5
     other_seed = load_model("widedeep", seed=1, **SMALL)
     load_model("widedeep", seed=0, **SMALL)
     assert _entry(cache, seed=1)[1].is_file() and path.is_file()

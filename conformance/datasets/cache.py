@@ -40,6 +40,7 @@ from boundedio import load_json
 from conformance.distributed.fingerprint import fingerprint, suite_version
 from conformance.fileio import read_entry, sources_sha256, write_bytes_atomic, write_entry
 from models.base import MEMORY_SHARE, available_memory, use_seeded_weight_store
+from models.blas import host_arithmetic
 
 CACHE_VARIABLE = "IPU_CONFORMANCE_CACHE"
 WEIGHT_CACHE_VARIABLE = "IPU_CONFORMANCE_WEIGHT_CACHE"
@@ -237,13 +238,13 @@ class ScaleCache:
         self._fingerprints: dict[int, tuple[object, str]] = {}
 
     def key(self, model, what: dict) -> dict:
-        """What the scales of ``model`` are a function of: ``what`` (settings, inputs), the model with its weights and
-        the suite's sources. The model's fingerprint is taken once per model object."""
+        """What the scales of ``model`` are a function of: ``what`` (settings, inputs), the model with its weights, the
+        suite's sources and the host's arithmetic (:func:`models.blas.host_arithmetic`). The model's fingerprint is taken once per model object."""
         kept = self._fingerprints.get(id(model))
         if kept is None or kept[0] is not model:
             kept = self._fingerprints[id(model)] = (model, fingerprint(model))
         document = {"format": SCALE_ENTRY_FORMAT, "model": model.name, "weights": kept[1], "suite": suite_version(),
-                    **what}
+                    "host": host_arithmetic(), **what}
         return json.loads(json.dumps(document, sort_keys=True))  # as it reads back: tuples as lists
 
     def path(self, model, key: dict) -> Path:

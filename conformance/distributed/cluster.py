@@ -57,6 +57,7 @@ from conformance.distributed.fingerprint import suite_version
 from conformance.distributed.store import BatchStore
 from conformance.numerics import arrays, heap
 from conformance.numerics.formats import THREADS_VARIABLE
+from models.blas import blas_signature
 
 CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer: its greeting, versions and client handshake
 GREETING_LIMIT = 1 << 20  # bytes of a Dask scheduler's first message, its handshake (a few hundred in practice)
@@ -71,16 +72,6 @@ WORKER_STOP_S = 0.5  # how long a local worker has to stop when the engine close
 # scheduler that does not reply within SCHEDULER_REPLY_S (frozen, or its host gone without closing the connection).
 SCHEDULER_CHECK_S = 30.0
 SCHEDULER_REPLY_S = 30.0
-
-
-def blas_signature() -> dict[str, list]:
-    """The BLAS libraries loaded in this process, by library name: API, version and CPU kernels (the bits of the FP32
-    ops depend on them). Not the thread count: a product's threads share out its rows and columns, never the sum
-    over one element's terms, so the bits are the same on any count (measured on the six models at every
-    precision, one thread against two), and each worker may use its share of the cores."""
-    return {os.path.basename(str(info.get("filepath"))): [info.get("internal_api"), info.get("version"),
-                                                          info.get("architecture")]
-            for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"}
 
 
 def blas_differences(mine: dict[str, list], theirs: dict[str, list]) -> dict[str, tuple]:

@@ -3,7 +3,8 @@ stopped and recomputes nothing it has.
 
 An entry is keyed by the SHA-256 of what determines its outputs: the job's identity (the fingerprint of the model with
 its weights and of the prepared ops: backend, precision, policy, FP8 scales), the SHA-256 of the batch's inputs, the
-batch's options (the probe) and the suite's version (its sources). It is written atomically once the batch is
+batch's options (the probe), the suite's version (its sources) and the host's arithmetic (its BLAS kernels and
+numpy's SIMD loops: a cache directory shared with another kind of CPU never gives this one its bits). It is written atomically once the batch is
 computed, read bounded and used only when its record and its arrays' hash match (:func:`conformance.fileio.read_entry`);
 a damaged entry is computed again and replaced, with a warning that says why.
 
@@ -24,6 +25,7 @@ import numpy as np
 from conformance.distributed.fingerprint import suite_version
 from conformance.fileio import read_entry, sha256_arrays, write_entry
 from models.base import MEMORY_SHARE, available_memory
+from models.blas import host_arithmetic
 
 FORMAT = 1
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -48,7 +50,7 @@ class BatchStore:
     @staticmethod
     def key(identity: str, inputs: dict[str, np.ndarray], options: dict) -> str:
         document = {"format": FORMAT, "identity": identity, "inputs": sha256_arrays(inputs), "options": options,
-                    "suite": suite_version()}
+                    "suite": suite_version(), "host": host_arithmetic()}
         return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
     def path(self, name: str, key: str) -> Path:

@@ -45,6 +45,7 @@ from boundedio import MIB, parse_json, read_text
 from conformance.fileio import write_text_atomic
 from conformance.report import tables
 from conformance.report.render import verdict as check_verdict
+from models.blas import host_arithmetic
 
 SCHEMA = "ipu-conformance/results/1"
 RESULTS_FILE = "results.json"
@@ -74,12 +75,20 @@ class _Open(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", regex_engine="python-re")
 
 
+class Arithmetic(_Open):
+    """What decides the bits the host computes (:func:`models.blas.host_arithmetic`)."""
+    blas: dict[str, list[Optional[str]]]
+    numpy: str
+    numpy_simd: list[str]
+
+
 class Machine(_Open):
     platform: str
     python: str
     processor: str
     cpu_count: Optional[StrictInt]
     hostname: str
+    arithmetic: Optional[Arithmetic] = None
 
 
 class Git(_Closed):
@@ -282,6 +291,7 @@ def machine_info() -> dict:
         "processor": _processor_name(),
         "cpu_count": os.cpu_count(),
         "hostname": socket.gethostname(),
+        "arithmetic": host_arithmetic(),
     }
 
 
