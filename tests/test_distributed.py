@@ -413,6 +413,25 @@ def test_workers_running_other_sources_are_refused(workers, monkeypatch):
         workers._check_versions()
 
 
+def test_workers_running_other_blas_kernels_are_refused(workers, monkeypatch):
+    mine = blas.blas_signature()
+    monkeypatch.setattr(cluster_module, "blas_signature",
+                        lambda: {name: [api, version, "NoSuchKernel"] for name, (api, version, _) in mine.items()})
+    with pytest.raises(EngineError, match=r"2 of 2 workers of the local cluster run another BLAS than this process "
+                                          r"\(.*: \['openblas', '.*', '.*'\] there, \['openblas', '.*', 'NoSuchKernel'\] "
+                                          r"here\)"):
+        workers._check_versions()
+
+
+def test_workers_running_another_numpy_are_refused(workers, monkeypatch):
+    here = blas.host_arithmetic()
+    monkeypatch.setattr(cluster_module, "host_arithmetic", lambda: {**here, "numpy": "1.0.0", "numpy_simd": ["X"]})
+    with pytest.raises(EngineError, match=rf"2 of 2 workers of the local cluster run another numpy than this process "
+                                          rf"\(.*: numpy {here['numpy']} with SIMD loops .* there, 1\.0\.0 with X "
+                                          r"here\)"):
+        workers._check_versions()
+
+
 def test_each_local_worker_uses_its_share_of_the_cores_for_blas(workers):
     """Two workers on C cores: C // 2 BLAS threads and as many emulator threads each (at least one); the same limits a
     worker would be given for any count of workers."""

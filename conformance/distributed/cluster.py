@@ -57,7 +57,7 @@ from conformance.distributed.fingerprint import suite_version
 from conformance.distributed.store import BatchStore
 from conformance.numerics import arrays, heap
 from conformance.numerics.formats import THREADS_VARIABLE
-from models.blas import blas_signature
+from models.blas import blas_signature, host_arithmetic
 
 CONNECT_TIMEOUT_S = 10  # how long a cluster address may take to answer: its greeting, versions and client handshake
 GREETING_LIMIT = 1 << 20  # bytes of a Dask scheduler's first message, its handshake (a few hundred in practice)
@@ -90,8 +90,10 @@ def library_here(spec: str) -> dict:
 
 
 def worker_version() -> dict:
-    """The suite's version and BLAS as a worker sees them (run on each worker)."""
-    return {"suite": suite_version(), "blas": blas_signature()}
+    """The suite's version, BLAS and numpy as a worker sees them (run on each worker)."""
+    arithmetic = host_arithmetic()
+    return {"suite": suite_version(), "blas": blas_signature(),
+            "numpy": [arithmetic["numpy"], arithmetic["numpy_simd"]]}
 
 
 def blas_threads() -> int | None:
@@ -377,8 +379,8 @@ class DaskEngine(Engine):
                               "for ever; start it with a worker-ttl (Dask's default is 5 minutes)")
 
     def _check_versions(self) -> None:
-        """Every worker runs the same suite sources and BLAS as this process (an EngineError naming those that do
-        not)."""
+        """Every worker runs the same suite sources, BLAS and numpy (its version and SIMD loops) as this process (an
+        EngineError naming those that do not)."""
         mine = worker_version()
         try:
             theirs = self.client.run(worker_version)
@@ -399,6 +401,14 @@ class DaskEngine(Engine):
             raise EngineError(f"{len(other)} of {len(theirs)} workers of {self.where} run another BLAS than this "
                               f"process ({worker}: {shown}), so their FP32 ops would not give the same bits; start "
                               "them with the same numpy build on the same kind of CPU")
+        other = {worker: found["numpy"] for worker, found in theirs.items() if found["numpy"] != mine["numpy"]}
+        if other:
+            worker, (version, simd) = sorted(other.items())[0]
+            raise EngineError(f"{len(other)} of {len(theirs)} workers of {self.where} run another numpy than this "
+                              f"process ({worker}: numpy {version} with SIMD loops {', '.join(simd) or 'none'} there, "
+                              f"{mine['numpy'][0]} with {', '.join(mine['numpy'][1]) or 'none'} here), so their ops "
+                              "would not give the same bits; start them with the same numpy build on the same kind "
+                              "of CPU")
 
     def _check_library(self) -> None:
         """Every worker can compute on the run's array library (an EngineError naming those that cannot); keeps
