@@ -9,6 +9,7 @@ import re
 import pytest
 
 from conformance.report import merge, shard
+from conformance.report import record as results_record
 from tests.sample_results import sample_results
 
 
@@ -72,6 +73,18 @@ def test_merged_shards_equal_the_whole_run():
     assert merged["regressions"] == full["regressions"]
     assert merged["verdict"] == "FAIL" and "missing_shards" not in merged
     assert [m["shard"] for m in merged["merged_from"]] == ["1/3", "2/3", "3/3"]
+
+
+def test_a_merged_record_says_where_each_shard_ran():
+    """Shards run on other kinds of CPU compute with other arithmetic: the merged record keeps each one's machine."""
+    parts = split_sample(2)
+    parts[1][1]["machine"] = {**parts[1][1]["machine"], "hostname": "runner-b",
+                              "arithmetic": {"blas": {"libopenblas.so": ["openblas", "0.3.31", "SkylakeX"]},
+                                             "numpy": "2.4.6", "numpy_simd": ["X86_V2", "X86_V3", "X86_V4"]}}
+    merged = merge.merge(parts)
+    assert [m["machine"] for m in merged["merged_from"]] == [parts[0][1]["machine"], parts[1][1]["machine"]]
+    assert merged["merged_from"][1]["machine"]["arithmetic"]["blas"]["libopenblas.so"][2] == "SkylakeX"
+    results_record.validate(merged)
 
 
 def test_incomplete_split_is_refused_naming_the_missing_shards():

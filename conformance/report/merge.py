@@ -112,7 +112,8 @@ def merge(named: list[tuple[str, dict]]) -> dict:
     status = "written" if "written" in statuses else ("skipped" if "skipped" in statuses else "none")
     reasons = sorted({d["plots"]["reason"] for _, d in named if d["plots"]["reason"]})
     merged["plots"] = {"status": status, "reason": "; ".join(reasons), "files": dict(sorted(files.items()))}
-    merged["merged_from"] = [{"path": path, "shard": d["settings"].get("shard"), "created": d["created"]} for path, d in named]
+    merged["merged_from"] = [{"path": path, "shard": d["settings"].get("shard"), "created": d["created"],
+                              "machine": d["machine"]} for path, d in named]
     merged.pop("missing_shards", None)
     return merged
 

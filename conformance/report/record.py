@@ -21,7 +21,8 @@ Schema (``"schema": "ipu-conformance/results/1"``; every key is always present):
 - ``stale_xfails``: xfail entries that matched no test
 - ``regressions``: findings against ``--baseline`` (id, check, baseline, value, allowed, message)
 - ``plots``: {"status": "written"|"skipped"|"none", "reason": str, "files": {"<model>-<precision>": [relative paths]}}
-- ``merged_from``: for a merged record, the files it was built from: path, shard, created (empty otherwise); merged
+- ``merged_from``: for a merged record, the files it was built from: path, shard, created, the machine it ran on
+  (empty otherwise); merged
   records written before an incomplete split was refused may have ``missing_shards`` (["3/3", ...]) and verdict FAIL
 """
 
@@ -254,6 +255,7 @@ class MergedFrom(_Open):
     path: str
     shard: Optional[str]
     created: str
+    machine: Optional[Machine] = None  # where the shard ran (its arithmetic decided its records' bits)
 
 
 class ResultsFile(_Closed):
