@@ -239,7 +239,8 @@ class ScaleCache:
 
     def key(self, model, what: dict) -> dict:
         """What the scales of ``model`` are a function of: ``what`` (settings, inputs), the model with its weights, the
-        suite's sources and the host's arithmetic (:func:`models.blas.host_arithmetic`). The model's fingerprint is taken once per model object."""
+        suite's sources and the host's arithmetic (:func:`models.blas.host_arithmetic`). The model's fingerprint is
+        taken once per model object."""
         kept = self._fingerprints.get(id(model))
         if kept is None or kept[0] is not model:
             kept = self._fingerprints[id(model)] = (model, fingerprint(model))

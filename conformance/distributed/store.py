@@ -4,9 +4,9 @@ stopped and recomputes nothing it has.
 An entry is keyed by the SHA-256 of what determines its outputs: the job's identity (the fingerprint of the model with
 its weights and of the prepared ops: backend, precision, policy, FP8 scales), the SHA-256 of the batch's inputs, the
 batch's options (the probe), the suite's version (its sources) and the host's arithmetic (its BLAS kernels and
-numpy's SIMD loops: a cache directory shared with another kind of CPU never gives this one its bits). It is written atomically once the batch is
-computed, read bounded and used only when its record and its arrays' hash match (:func:`conformance.fileio.read_entry`);
-a damaged entry is computed again and replaced, with a warning that says why.
+numpy's SIMD loops: a cache directory shared with another kind of CPU never gives this one its bits). It is written
+atomically once the batch is computed, read bounded and used only when its record and its arrays' hash match
+(:func:`conformance.fileio.read_entry`); a damaged entry is computed again and replaced, with a warning that says why.
 
 Layout: ``<directory>/batches/<job name>/<key[:2]>/<key>.npz``, inside the suite's cache directory.
 """
