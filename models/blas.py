@@ -13,6 +13,7 @@ is one call per matrix, as numpy makes them, the matrices shared out.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import threading
@@ -59,13 +60,17 @@ def blas_signature() -> dict[str, list]:
             for info in threadpoolctl.threadpool_info() if info.get("user_api") == "blas"}
 
 
-@functools.lru_cache(maxsize=1)
 def host_arithmetic() -> dict:
     """What, beside the suite's sources and a batch's inputs, decides the bits this host computes: the BLAS libraries
     and their CPU kernels (one OpenBLAS build sums a product in another order on another CPU: its Haswell and
     Sandybridge kernels give other FP32, FP16 and FP8 outputs of the same model on the same machine), numpy's
     version and the SIMD targets its loops dispatch to on this CPU (its float32 transcendental functions). Fixed for
-    the process's life (the BLAS kernel is chosen as numpy loads it); the caller must not change the result."""
+    the process's life (the BLAS kernel is chosen as numpy loads it): each call returns its own copy."""
+    return copy.deepcopy(_host_arithmetic())
+
+
+@functools.lru_cache(maxsize=1)
+def _host_arithmetic() -> dict:
     umath = np._core._multiarray_umath
     features = getattr(umath, "__cpu_features__", {})
     simd = sorted(set(getattr(umath, "__cpu_baseline__", ())) |

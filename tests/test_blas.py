@@ -183,13 +183,21 @@ def test_another_packages_blas_is_not_numpys_arithmetic(monkeypatch):
     """scipy's own OpenBLAS, loaded later, is not what numpy's products call."""
     import scipy.linalg  # noqa: F401 - its BLAS loaded too
 
-    blas.host_arithmetic.cache_clear()
+    blas._host_arithmetic.cache_clear()
     numpys = blas.host_arithmetic()["blas"]
     loaded = blas.blas_signature()
     assert len(loaded) > len(numpys) >= 1
     monkeypatch.setattr(blas, "blas_signature", lambda: {**loaded, "libother_openblas.so": ["openblas", "0", "Zen"]})
-    blas.host_arithmetic.cache_clear()
+    blas._host_arithmetic.cache_clear()
     try:
         assert blas.host_arithmetic()["blas"] == numpys
     finally:
-        blas.host_arithmetic.cache_clear()
+        blas._host_arithmetic.cache_clear()
+
+
+def test_the_host_arithmetic_is_a_copy_each_caller_may_change():
+    """A caller that edits its value (adds a field to a key) leaves every later caller's value as it was."""
+    first = blas.host_arithmetic()
+    first["blas"].clear()
+    first["numpy_simd"].append("X")
+    assert blas.host_arithmetic()["blas"] and "X" not in blas.host_arithmetic()["numpy_simd"]

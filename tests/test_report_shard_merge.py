@@ -10,6 +10,7 @@ import pytest
 
 from conformance.report import merge, shard
 from conformance.report import record as results_record
+from conformance.report.render import summary
 from tests.sample_results import sample_results
 
 
@@ -85,6 +86,11 @@ def test_a_merged_record_says_where_each_shard_ran():
     assert [m["machine"] for m in merged["merged_from"]] == [parts[0][1]["machine"], parts[1][1]["machine"]]
     assert merged["merged_from"][1]["machine"]["arithmetic"]["blas"]["libopenblas.so"][2] == "SkylakeX"
     results_record.validate(merged)
+    pairs = dict(summary._summary_pairs(merged))
+    assert pairs["arithmetic"].startswith("the shards ran on 2 hosts whose products round in other orders (")
+    assert "openblas 0.3.31 SkylakeX, numpy 2.4.6 (X86_V2+X86_V3+X86_V4): shard 2/2" in pairs["arithmetic"]
+    assert "shard 1/2" in pairs["arithmetic"]
+    assert "arithmetic" not in dict(summary._summary_pairs(merge.merge(split_sample(2))))  # one host: nothing to say
 
 
 def test_incomplete_split_is_refused_naming_the_missing_shards():

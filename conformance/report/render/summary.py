@@ -235,11 +235,35 @@ def _summary_pairs(results: dict) -> list[tuple[str, str]]:
         pairs.append(("shard", settings["shard"]))
     if results.get("merged_from"):
         pairs.append(("merged from", ", ".join(f"{m['path']} (shard {m.get('shard') or '-'})" for m in results["merged_from"])))
+    hosts = shard_arithmetics(results)
+    if len(hosts) > 1:
+        pairs.append(("arithmetic", f"the shards ran on {len(hosts)} hosts whose products round in other orders ("
+                                    + "; ".join(f"{text}: shard {', '.join(shards)}" for text, shards in hosts.items())
+                                    + "): the last bits of a figure depend on the host that took its shard"))
     if results.get("missing_shards"):
         pairs.append(("missing shards", ", ".join(results["missing_shards"]) + " (verdict FAIL: the run is incomplete)"))
     if settings.get("baseline"):
         pairs.append(("baseline", settings["baseline"]))
     return pairs
+
+
+def arithmetic_text(arithmetic: dict | None) -> str:
+    """``machine.arithmetic`` in a few words: each BLAS library's name, version and CPU kernels, then numpy's version
+    and its SIMD targets."""
+    if not isinstance(arithmetic, dict):
+        return "not recorded"
+    blas = ", ".join(" ".join(str(v) for v in value if v) for value in (arithmetic.get("blas") or {}).values())
+    simd = "+".join(arithmetic.get("numpy_simd") or [])
+    return f"{blas or 'no BLAS'}, numpy {arithmetic.get('numpy', '?')}" + (f" ({simd})" if simd else "")
+
+
+def shard_arithmetics(results: dict) -> dict[str, list[str]]:
+    """For a merged record, each distinct host arithmetic its shards computed with, and those shards."""
+    hosts: dict[str, list[str]] = {}
+    for source in results.get("merged_from") or []:
+        machine = source.get("machine") or {}
+        hosts.setdefault(arithmetic_text(machine.get("arithmetic")), []).append(source.get("shard") or "-")
+    return hosts
 
 
 # ----- known failures, grouped by reason ----------------------------------------------------------------------------
