@@ -321,6 +321,16 @@ def round_nearest_into(x: np.ndarray, out: np.ndarray, info: FormatInfo, scale: 
     run_split(xs.size, piece)
 
 
+def _on_library_quantize(library, x, info: FormatInfo, scale: int, overflow: str):
+    """:func:`namespace.quantize` on another array library, with this module's rounding for arrays in host memory."""
+    return namespace.quantize(library, x, info, scale, overflow, host_rounding=round_nearest_into)
+
+
+def _on_library_round_op(library, op: str, a, b, info: FormatInfo, scale: int, overflow: str, round_a: bool):
+    """:func:`namespace.round_op` on another array library, with this module's rounding for arrays in host memory."""
+    return namespace.round_op(library, op, a, b, info, scale, overflow, round_a, host_rounding=round_nearest_into)
+
+
 def _round_stochastic(x: np.ndarray, info: FormatInfo, scale: int, overflow: str,
                       rng: np.random.Generator) -> np.ndarray:
     """Stochastic rounding of ``x`` (any float dtype) in float64: the value on the grid of each element's binade is
@@ -374,15 +384,14 @@ def quantize(x, fmt: str, *, scale: int = 0, overflow: str = "sat", rounding: st
         if rounding == "stochastic" or x.dtype == given.xp.float64:  # drawn / rounded once on numpy
             return given.asarray(quantize(given.to_numpy(x), fmt, scale=scale, overflow=overflow, rounding=rounding,
                                           rng=rng))
-        return namespace.quantize(given, given.xp.astype(x, given.xp.float32, copy=False), info, scale, overflow,
-                                  host_rounding=round_nearest_into)
+        return _on_library_quantize(given, given.xp.astype(x, given.xp.float32, copy=False), info, scale, overflow)
     arr = _as_float_array(x)
     if rounding == "stochastic":
         return _round_stochastic(arr, info, scale, overflow, rng)
     library = other_library()
     if library is not None and arr.dtype != np.float64:  # float64 is rounded once, on numpy
-        return library.to_numpy(namespace.quantize(library, library.asarray(np.asarray(arr, np.float32)), info, scale,
-                                                   overflow, host_rounding=round_nearest_into))
+        return library.to_numpy(_on_library_quantize(library, library.asarray(np.asarray(arr, np.float32)), info,
+                                                     scale, overflow))
     if arr.dtype == np.float64:
         work = np.asarray(arr, order="C")
         rounded = np.empty_like(work)
@@ -415,8 +424,7 @@ def round_inplace(y: np.ndarray, fmt: str, *, scale: int = 0, overflow: str = "s
     if rounding == "stochastic":
         y[...] = _round_stochastic(y, info, scale, overflow, rng)
     elif library is not None:
-        y[...] = library.to_numpy(namespace.quantize(library, library.asarray(y), info, scale, overflow,
-                                                     host_rounding=round_nearest_into))
+        y[...] = library.to_numpy(_on_library_quantize(library, library.asarray(y), info, scale, overflow))
     else:
         round_nearest_into(y, y, info, scale, overflow)
     return y
@@ -470,9 +478,9 @@ def round_op(op: str, a, b, fmt: str = "f16", *, scale: int = 0, overflow: str =
                         f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}")
     library = other_library()
     if library is not None and a.dtype != np.float64 and b.dtype != np.float64:
-        y = library.to_numpy(namespace.round_op(library, op, library.asarray(a.astype(np.float32, copy=False)),
-                                                library.asarray(b.astype(np.float32, copy=False)), info, scale,
-                                                overflow, round_a, host_rounding=round_nearest_into))
+        y = library.to_numpy(_on_library_round_op(library, op, library.asarray(a.astype(np.float32, copy=False)),
+                                                  library.asarray(b.astype(np.float32, copy=False)), info, scale,
+                                                  overflow, round_a))
         if out is None:
             return y
         out[...] = y
@@ -541,7 +549,7 @@ def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int,
     if isinstance(a, float) or isinstance(b, float):  # a Python float beside the array: a float32 operand, not moved
         a, b = (v if isinstance(v, float) else xp.astype(_library_float(library, v, f"round_op operand {what}"),
                                                          xp.float32, copy=False) for what, v in (("a", a), ("b", b)))
-        y = namespace.round_op(library, op, a, b, info, scale, overflow, round_a, host_rounding=round_nearest_into)
+        y = _on_library_round_op(library, op, a, b, info, scale, overflow, round_a)
         return y if out is None else _write(out, y, xp)
     a, b = (_library_float(library, v if arrays.library_of(v) is not None else library.asarray(np.asarray(v)),
                            f"round_op operand {what}") for what, v in (("a", a), ("b", b)))
@@ -549,8 +557,8 @@ def _round_op_on(library, op: str, a, b, fmt: str, info: FormatInfo, scale: int,
         y = library.asarray(round_op(op, library.to_numpy(a), library.to_numpy(b), fmt, scale=scale,
                                      overflow=overflow, round_a=round_a))
     else:
-        y = namespace.round_op(library, op, xp.astype(a, xp.float32, copy=False), xp.astype(b, xp.float32, copy=False),
-                               info, scale, overflow, round_a, host_rounding=round_nearest_into)
+        y = _on_library_round_op(library, op, xp.astype(a, xp.float32, copy=False),
+                                 xp.astype(b, xp.float32, copy=False), info, scale, overflow, round_a)
     return y if out is None else _write(out, y, xp)
 
 
