@@ -4,7 +4,9 @@ Each test's wall time (its fixtures' start-up work included: building weights, F
 after a run in ``<cache-dir>/timings/<hardware>-<profile>.json``, by test id. The next run on the machine sums the
 times of the tests it selected for the first screen's estimate, and before each test says ``test k/N`` and the time
 left: the earlier times of the tests still to run, scaled by how the tests run so far compare with their earlier
-times (a machine busier than last time), and the mean for tests never timed here. The file is an estimate's input,
+times (a machine busier than last time), and the mean for tests never timed here. The time from the last test's end
+to the session's (the report written, its figures drawn) is kept beside them and counts in every estimate, so that
+a short job's estimate is not only its tests'. The file is an estimate's input,
 never a verdict's: read bounded, and left unused (and replaced at the end) when it is not a JSON object of test ids
 and finite, non-negative seconds.
 """
@@ -23,6 +25,8 @@ from conformance.fileio import write_text_atomic
 
 TIMINGS_LIMIT = 8 * 1024 * 1024  # bytes: far more than the times of every test of the suite
 MAX_ID = 2000  # characters of a test id
+# The key of the time after the last test (the report's writing): no test id has this form
+AFTER_TESTS = "<after the tests: the report>"
 
 
 def duration(seconds: float) -> str:
@@ -65,11 +69,13 @@ class RunClock:
         self.index: dict[str, int] = {}
         self.measured: dict[str, float] = {}
         self.started: dict[str, float] = {}
+        self.last_finish: float | None = None
         self.interrupted = False
 
     # -- the estimate ------------------------------------------------------------------------------------------------
     def left(self, remaining: list[str]) -> float | None:
-        """Seconds the ``remaining`` tests should take, or None when nothing is known yet."""
+        """Seconds the ``remaining`` tests, and the report after them, should take, or None when nothing is known
+        yet."""
         known = [t for t in self.measured if t in self.earlier and self.earlier[t] > 0]
         scale = (sum(self.measured[t] for t in known) / sum(self.earlier[t] for t in known)) if known else 1.0
         times = [self.earlier[t] * scale for t in remaining if t in self.earlier]
@@ -77,7 +83,7 @@ class RunClock:
         if not pool:
             return None
         mean = sum(pool) / len(pool)
-        return sum(times) + mean * (len(remaining) - len(times))
+        return sum(times) + mean * (len(remaining) - len(times)) + self.earlier.get(AFTER_TESTS, 0.0) * scale
 
     # -- pytest hooks ------------------------------------------------------------------------------------------------
     @pytest.hookimpl(trylast=True)
@@ -111,17 +117,21 @@ class RunClock:
     def pytest_runtest_logfinish(self, nodeid, location) -> None:
         start = self.started.pop(nodeid, None)
         if start is not None:
-            self.measured[nodeid] = self.clock() - start
+            self.last_finish = self.clock()
+            self.measured[nodeid] = self.last_finish - start
 
     def pytest_keyboard_interrupt(self, excinfo) -> None:
         self.interrupted = True
 
+    @pytest.hookimpl(trylast=True)  # after the report's own hook has written it
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         """The times of the tests that ran are kept for the next run (those of an interrupted test are not: it did
-        not finish)."""
+        not finish), and the time since the last one (the report's writing) unless the run was interrupted."""
         if self.path is None or not self.measured:
             return
         kept = {**self.earlier, **{t: round(s, 3) for t, s in self.measured.items()}}
+        if not self.interrupted and int(exitstatus) != int(pytest.ExitCode.INTERRUPTED):
+            kept[AFTER_TESTS] = round(self.clock() - self.last_finish, 3)
         try:
             write_text_atomic(self.path, json.dumps(kept, sort_keys=True, indent=0) + "\n")
         except OSError:
