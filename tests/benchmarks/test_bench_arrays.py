@@ -1,6 +1,6 @@
-"""Speed of the emulator on each array library: resnet50's forward at batch 16 in FP32 (the models' numpy ops) and
-emulated at fp16 and fp8 on numpy and on torch (CPU), against onnxruntime's FP32 run of the suite's own graph of the
-model, timed in the same run, one thread each (BLAS, torch, onnxruntime and the emulator's threads), so that the
+"""Speed of the emulator on each array library: resnet50's forward at batch 16 in FP32 (the models' ops) and emulated
+at fp16 and fp8, on numpy and on torch (CPU; as ``--array torch:cpu`` runs it: the inputs moved to torch tensors once,
+every op on them), against onnxruntime's FP32 run of the suite's own graph of the model, timed in the same run, one thread each (BLAS, torch, onnxruntime and the emulator's threads), so that the
 ratios hold on a shared host. The target for the FP32 forward: at most 1.3x onnxruntime. Beside it, the FP32
 convolutions that dominate that forward, one of each kind, against torch's."""
 
@@ -11,9 +11,9 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from conformance.hardware import get_backend
-from conformance.numerics import arrays
-from models import load_model, run_batched
+from models import load_model
 from models.seeds import CALIBRATION_SEED, EVAL_SEED
+from tests.benchmarks.bench_utils import forward_on
 
 BATCH = 16
 LIBRARIES = ("numpy", "torch:cpu")
@@ -46,9 +46,8 @@ def resnet50(one_thread):
     sess = session(record(model, batch_size=2).model.SerializeToString(), threads=1)
     feed = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
     for library in LIBRARIES:  # weights quantized once (as at compile time), kernels loaded
-        with arrays.use(library):
-            for precision_ops in ops.values():
-                run_batched(model, inputs, BATCH, precision_ops)
+        for precision_ops in (None, *ops.values()):
+            forward_on(library, model, inputs, BATCH, precision_ops)
     return model, inputs, ops, sess, feed
 
 
@@ -60,11 +59,12 @@ def test_onnxruntime_fp32(benchmark, resnet50):
     benchmark.pedantic(lambda: sess.run(names, feed), rounds=3, iterations=1, warmup_rounds=1)
 
 
-def test_fp32_forward(benchmark, resnet50):
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_fp32_forward(benchmark, resnet50, library):
     model, inputs, _, _, _ = resnet50
     benchmark.group = "resnet50-b16-vs-onnxruntime"
     benchmark.extra_info.update(role="subject", target=1.3)
-    benchmark.pedantic(lambda: run_batched(model, inputs, BATCH), rounds=3, iterations=1)
+    benchmark.pedantic(lambda: forward_on(library, model, inputs, BATCH), rounds=3, iterations=1)
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
@@ -74,11 +74,8 @@ def test_emulated_forward(benchmark, resnet50, precision, library):
     benchmark.group = "resnet50-b16-vs-onnxruntime"
     benchmark.extra_info["role"] = "subject"
 
-    def run():
-        with arrays.use(library):
-            return run_batched(model, inputs, BATCH, ops[precision])
-
-    outputs = benchmark.pedantic(run, rounds=3, iterations=1)
+    outputs = benchmark.pedantic(lambda: forward_on(library, model, inputs, BATCH, ops[precision]), rounds=3,
+                                 iterations=1)
     assert set(outputs) == set(model.output_names)
 
 
