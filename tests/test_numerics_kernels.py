@@ -244,6 +244,42 @@ def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
     assert all(np.array_equal(g, e) for g, e in zip(got, expected))
 
 
+@pytest.mark.numpy_only  # the numpy path's own tiling of the columns
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("shape", [
+    # (N, C, H, W, O, kernel, stride, padding, dilation, groups)
+    (2, 8, 9, 11, 16, 3, 1, 1, 1, 1),   # tiles start inside an output line and cross into the next sample
+    (3, 6, 12, 7, 8, 3, 2, 1, 1, 2),    # strided, grouped
+    (1, 4, 10, 10, 24, 5, 1, 4, 2, 1),  # dilated, padded beyond the kernel's reach
+    (2, 16, 6, 5, 4, 1, 1, 0, 1, 1),    # 1x1
+    (1, 3, 31, 29, 8, 7, 2, 3, 1, 1),   # a 7x7 stem
+])
+def test_conv2d_tiles_gathered_as_computed_give_the_bits_of_whole_columns(monkeypatch, shape, threads):
+    """The half-partials conv2d gathers each output tile's im2col rows when the tile is computed; the result is
+    that of the matmul over the whole columns, bit for bit, and the saturation bound taken from the input holds (a
+    value driving partials past the FP16 max gives the same saturated result)."""
+    from conformance.numerics import kernels
+
+    n, c, h, w, o, k, stride, padding, dilation, groups = shape
+    rng = np.random.default_rng(sum(shape))
+    x = grid(rng, (n, c, h, w))
+    weight = grid(rng, (o, c // groups, k, k), spread=0.3)
+    monkeypatch.setattr(kernels, "_TILE", 96)  # tiles of a few rows: most start inside a line
+    monkeypatch.setenv("CONFORMANCE_THREADS", threads)
+    options = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    for big in (None, 60000.0):
+        if big is not None:
+            x.reshape(-1)[rng.integers(x.size)] = big
+        for fmt in ("f16", "f143"):
+            got = conv2d(x, weight, partials="half", operand_format=fmt, **options)
+            cols, ho, wo = kernels._im2col(x, k, k, (stride, stride), (padding, padding), (dilation, dilation), groups)
+            og = o // groups
+            wmat = weight.reshape(groups, og, c // groups, k, k).transpose(0, 3, 4, 2, 1).reshape(groups, -1, og)
+            whole = matmul(cols.materialize(), wmat, partials="half", operand_format=fmt)
+            expected = whole.reshape(groups, n, ho, wo, og).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
+            assert got.shape == expected.shape and np.array_equal(got, expected, equal_nan=True), (fmt, big)
+
+
 @pytest.mark.numpy_only  # calls the other library's kernels directly
 @pytest.mark.parametrize("spec", ["torch:cpu", "torch:cuda"])
 @pytest.mark.parametrize("overflow", ["sat", "nan"])

@@ -183,6 +183,70 @@ def _tile_balance(tiles: list, threads: int) -> float:
     return sum(sizes) / (threads * busiest)
 
 
+class _Columns:
+    """The im2col columns (G, N*Ho*Wo, kh*kw*Cg) of a convolution as :func:`_im2col` lays them out, gathered a tile of
+    rows at a time from the zero-padded channels-last input when a tile's block products are computed, so that the
+    columns of a tile are still in cache when its BLAS calls read them (the whole columns are kh*kw times the input).
+    A tile's rows land in a buffer of this thread with the row stride K of the whole columns: the same BLAS calls on
+    the same values, and so the same bits. ``view`` is the (G, N, Ho, Wo, kh, kw, Cg) view of ``padded``."""
+
+    def __init__(self, padded: np.ndarray, view: np.ndarray):
+        self.padded, self.view = padded, view
+        groups, n, self.ho, self.wo = view.shape[:4]
+        self.k = int(np.prod(view.shape[4:]))
+        self.shape = (groups, n * self.ho * self.wo, self.k)
+        self.dtype = padded.dtype
+
+    def max_magnitude(self, fused) -> float:
+        """max|x| over the padded input: at least max|columns| (every column value is one of its values), so a bound
+        from it holds for the columns."""
+        return _max_magnitude(self.padded, fused)
+
+    def materialize(self) -> np.ndarray:
+        """The whole columns, as :func:`_im2col` returns them."""
+        return self.view.reshape(self.shape)
+
+    def rows(self, group: int, r0: int, r1: int) -> np.ndarray:
+        """Rows ``r0:r1`` of group ``group``'s columns, a (r1 - r0, K) array in this thread's buffer (valid until
+        this thread's next call)."""
+        out = _COLUMNS.get((r1 - r0) * self.k)[: (r1 - r0) * self.k].reshape(r1 - r0, self.k)
+        view, ho, wo, taps = self.view[group], self.ho, self.wo, self.view.shape[4:]
+        r = r0
+        while r < r1:  # a partial line, whole lines of one sample, a partial line
+            sample, pixel = divmod(r, ho * wo)
+            h, w = divmod(pixel, wo)
+            if w or r1 - r < wo:
+                stop = min(r1, r - w + wo)
+                out[r - r0:stop - r0].reshape(stop - r, *taps)[...] = view[sample, h, w:w + stop - r]
+            else:
+                lines = min((r1 - r) // wo, ho - h)
+                stop = r + lines * wo
+                out[r - r0:stop - r0].reshape(lines, wo, *taps)[...] = view[sample, h:h + lines]
+            r = stop
+        return out
+
+
+class _ColumnBuffer(threading.local):
+    """Per-thread buffer for a tile's gathered columns (:class:`_Columns`), kept between calls."""
+
+    def get(self, size: int) -> np.ndarray:
+        buffer = self.__dict__.get("buffer")
+        if buffer is None or buffer.size < size:
+            buffer = self.buffer = np.empty(size, np.float32)
+        return buffer
+
+
+_COLUMNS = _ColumnBuffer()
+
+
+def _tile_operand(a_tile):
+    """A tile's left operand: its rows, gathered now where the tile names rows of :class:`_Columns`."""
+    if isinstance(a_tile, tuple):
+        columns, group, r0, r1 = a_tile
+        return columns.rows(group, r0, r1)
+    return a_tile
+
+
 def _matmul_half_compiled(tiles: list, k: int, block: int, fused, nearest) -> None:
     """The nearest-rounding tiles of :func:`_matmul_half` on the compiled path: each tile's block products come from
     the same BLAS calls as on the numpy path, and the FP16 partial is rounded after every block in compiled passes that
@@ -205,6 +269,7 @@ def _matmul_half_compiled(tiles: list, k: int, block: int, fused, nearest) -> No
         with np.errstate(over="ignore", invalid="ignore"):  # Inf/NaN operands propagate (errstate is per thread)
             for acc, a_tile, b_tile in tiles[first:stop]:
                 acc_flat = acc.reshape(-1)
+                a_tile = _tile_operand(a_tile)
                 for group in groups_of(acc.size, 1):
                     accumulate(acc_flat, _block_products(acc, a_tile, b_tile, group, block))
 
@@ -216,6 +281,8 @@ def _matmul_half_compiled(tiles: list, k: int, block: int, fused, nearest) -> No
         if len(groups) < 2 or acc.size * block * len(groups[0]) < _PARALLEL_WORK:
             run_tiles(index, index + 1)
             continue
+        if isinstance(a_tile, tuple):  # the threads share this tile's rows: gathered once, into a buffer of its own
+            a_tile = np.array(_tile_operand(a_tile))
         _sum_blocks_shared(acc.reshape(-1), groups,
                            lambda group, acc=acc, a_tile=a_tile, b_tile=b_tile: _block_products(
                                acc, a_tile, b_tile, group, block), accumulate, threads)
@@ -230,19 +297,31 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     summation order, and so the bits, depend on the shape of the call); the calls run on the worker threads (nearest
     rounding; the stochastic kind draws its random numbers in one fixed order, in one thread): whole tiles, or the
     blocks of one tile (:func:`_matmul_half_compiled`). The sign of a zero partial is not tracked (it only decides the
-    sign of an all-zero result), and saturation is skipped when no partial can reach the FP16 max."""
+    sign of an all-zero result), and saturation is skipped when no partial can reach the FP16 max.
+
+    ``a`` may be a convolution's :class:`_Columns`: on the compiled path with row tiles, each tile's rows are gathered
+    when it is computed (the same calls, the same bits); otherwise the columns are laid out whole first."""
     nbatch, m, k = a.shape
     n = b.shape[2]
     out = np.zeros((nbatch, m, n), np.float32)
     if out.size == 0 or k == 0:
         return out
     fused = compiled.jit() if rounding == "nearest" else None
-    mode = overflow if (overflow == "nan" or _saturation_possible(a, b, fused)) else "unbounded"
+    tiled = m * n >= _TILE // 2
+    if isinstance(a, _Columns) and (fused is None or not tiled):
+        a = a.materialize()
+    if isinstance(a, _Columns):  # |sum| <= K * max|a| * max|b|, max|a| at most the input's
+        bound = a.max_magnitude(fused) * _max_magnitude(b, fused) * k
+        saturation = not bound < _F16_MAX
+    else:
+        saturation = _saturation_possible(a, b, fused)
+    mode = overflow if (overflow == "nan" or saturation) else "unbounded"
     nearest = nearest_rounding("f16", 0, mode, signed_zero=False)
 
-    if m * n >= _TILE // 2:
+    if tiled:
         rows = max(1, _TILE // n)
-        tiles = [(out[bi, r0:r0 + rows], a[bi, r0:r0 + rows], b[bi]) for bi in range(nbatch) for r0 in range(0, m, rows)]
+        tiles = [(out[bi, r0:r0 + rows], (a, bi, r0, min(m, r0 + rows)) if isinstance(a, _Columns)
+                  else a[bi, r0:r0 + rows], b[bi]) for bi in range(nbatch) for r0 in range(0, m, rows)]
     else:
         batches = max(1, _TILE // (m * n))
         tiles = [(out[b0:b0 + batches], a[b0:b0 + batches], b[b0:b0 + batches]) for b0 in range(0, nbatch, batches)]
@@ -381,7 +460,7 @@ def _checked_pair(v, what: str, minimum: int) -> tuple[int, int]:
 
 
 def _im2col(x: np.ndarray, kh: int, kw: int, stride, padding, dilation, groups: int):
-    """Columns (G, N*Ho*Wo, kh*kw*Cg): the K axis runs over kernel taps, input channels fastest, as the AMP unit
+    """Columns (G, N*Ho*Wo, kh*kw*Cg), as :class:`_Columns` (gathered when they are read): the K axis runs over kernel taps, input channels fastest, as the AMP unit
     consumes a tap's channel group per pass. Gathered from a channels-last copy of the (zero-padded) input, so that
     every tap copies runs of Cg contiguous values."""
     n, c, h, wd = x.shape
@@ -394,8 +473,7 @@ def _im2col(x: np.ndarray, kh: int, kw: int, stride, padding, dilation, groups: 
     wo = (padded.shape[2] - ew) // sw + 1
     win = sliding_window_view(padded, (eh, ew), axis=(1, 2))[:, ::sh, ::sw, :, ::dh, ::dw][:, :ho, :wo]
     # (N, Ho, Wo, C, kh, kw) -> (G, N, Ho, Wo, kh, kw, Cg)
-    cols = win.reshape(n, ho, wo, groups, cg, kh, kw).transpose(3, 0, 1, 2, 5, 6, 4)
-    return cols.reshape(groups, n * ho * wo, kh * kw * cg), ho, wo
+    return _Columns(padded, win.reshape(n, ho, wo, groups, cg, kh, kw).transpose(3, 0, 1, 2, 5, 6, 4)), ho, wo
 
 
 def conv_weight_matrix(w: np.ndarray, groups: int = 1) -> np.ndarray:
@@ -482,8 +560,12 @@ def _conv2d_numpy(x: np.ndarray, w: np.ndarray, stride, padding, dilation, group
     cols, ho, wo = _im2col(x, kh, kw, stride, padding, dilation, groups)
     og = o // groups
     wmat = w.reshape(groups, og, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, kh * kw * cg, og)
-    y = matmul(cols, wmat, partials=partials, operand_format=operand_format, block=block, rounding=rounding, rng=rng,
-               out_format=out_format, overflow=overflow)  # (G, N*Ho*Wo, O/G), C-contiguous
+    library = other_library() if rounding == "nearest" else None
+    if library is None or compiled.over_host_memory(library):  # matmul's own half-partials kernel, tile by tile
+        y = _matmul_half(cols, wmat, block, rounding, rng, overflow)  # (G, N*Ho*Wo, O/G), C-contiguous
+    else:
+        y = matmul(cols.materialize(), wmat, partials=partials, operand_format=operand_format, block=block,
+                   rounding=rounding, rng=rng, out_format=out_format, overflow=overflow)
     fused = compiled.jit()
     if fused is None:
         y = y.reshape(groups, n, ho, wo, og).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
