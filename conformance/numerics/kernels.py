@@ -460,9 +460,9 @@ def _checked_pair(v, what: str, minimum: int) -> tuple[int, int]:
 
 
 def _im2col(x: np.ndarray, kh: int, kw: int, stride, padding, dilation, groups: int):
-    """Columns (G, N*Ho*Wo, kh*kw*Cg), as :class:`_Columns` (gathered when they are read): the K axis runs over kernel taps, input channels fastest, as the AMP unit
-    consumes a tap's channel group per pass. Gathered from a channels-last copy of the (zero-padded) input, so that
-    every tap copies runs of Cg contiguous values."""
+    """Columns (G, N*Ho*Wo, kh*kw*Cg), as :class:`_Columns` (gathered when they are read): the K axis runs over
+    kernel taps, input channels fastest, as the AMP unit consumes a tap's channel group per pass. Gathered from a
+    channels-last copy of the (zero-padded) input, so that every tap copies runs of Cg contiguous values."""
     n, c, h, wd = x.shape
     cg = c // groups
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
