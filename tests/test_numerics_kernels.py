@@ -245,6 +245,7 @@ def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
 
 
 @pytest.mark.numpy_only  # the numpy path's own tiling of the columns
+@pytest.mark.parametrize("tiles", ["many", "one"])  # one: on two threads its blocks are shared out
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("shape", [
     # (N, C, H, W, O, kernel, stride, padding, dilation, groups)
@@ -254,7 +255,7 @@ def test_half_partials_on_worker_threads_equal_one_thread(monkeypatch):
     (2, 16, 6, 5, 4, 1, 1, 0, 1, 1),    # 1x1
     (1, 3, 31, 29, 8, 7, 2, 3, 1, 1),   # a 7x7 stem
 ])
-def test_conv2d_tiles_gathered_as_computed_give_the_bits_of_whole_columns(monkeypatch, shape, threads):
+def test_conv2d_tiles_gathered_as_computed_give_the_bits_of_whole_columns(monkeypatch, shape, threads, tiles):
     """The half-partials conv2d gathers each output tile's im2col rows when the tile is computed; the result is
     that of the matmul over the whole columns, bit for bit, and the saturation bound taken from the input holds (a
     value driving partials past the FP16 max gives the same saturated result)."""
@@ -264,7 +265,11 @@ def test_conv2d_tiles_gathered_as_computed_give_the_bits_of_whole_columns(monkey
     rng = np.random.default_rng(sum(shape))
     x = grid(rng, (n, c, h, w))
     weight = grid(rng, (o, c // groups, k, k), spread=0.3)
-    monkeypatch.setattr(kernels, "_TILE", 96)  # tiles of a few rows: most start inside a line
+    if tiles == "many":
+        monkeypatch.setattr(kernels, "_TILE", 96)  # tiles of a few rows: most start inside a line
+    else:  # the whole output one tile, its blocks shared out over the threads however small
+        monkeypatch.setattr(kernels, "_TILE", 2 * n * h * w * o)
+        monkeypatch.setattr(kernels, "_PARALLEL_WORK", 1)
     monkeypatch.setenv("CONFORMANCE_THREADS", threads)
     options = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     for big in (None, 60000.0):

@@ -116,8 +116,8 @@ _PRODUCT_ELEMENTS = 1 << 20
 _PARALLEL_WORK = 1 << 19
 
 
-class _ProductBuffer(threading.local):
-    """Per-thread buffer for the block products, kept between calls (grown when a larger one is needed)."""
+class _ThreadBuffer(threading.local):
+    """A float32 buffer of each thread, kept between calls (grown when a larger one is needed)."""
 
     def get(self, size: int) -> np.ndarray:
         buffer = self.__dict__.get("buffer")
@@ -126,7 +126,7 @@ class _ProductBuffer(threading.local):
         return buffer
 
 
-_PRODUCTS = _ProductBuffer()
+_PRODUCTS = _ThreadBuffer()  # each thread's block products
 
 
 def _block_products(acc: np.ndarray, a_tile: np.ndarray, b_tile: np.ndarray, starts, block: int) -> np.ndarray:
@@ -195,7 +195,6 @@ class _Columns:
         groups, n, self.ho, self.wo = view.shape[:4]
         self.k = int(np.prod(view.shape[4:]))
         self.shape = (groups, n * self.ho * self.wo, self.k)
-        self.dtype = padded.dtype
 
     def max_magnitude(self, fused) -> float:
         """max|x| over the padded input: at least max|columns| (every column value is one of its values), so a bound
@@ -226,17 +225,7 @@ class _Columns:
         return out
 
 
-class _ColumnBuffer(threading.local):
-    """Per-thread buffer for a tile's gathered columns (:class:`_Columns`), kept between calls."""
-
-    def get(self, size: int) -> np.ndarray:
-        buffer = self.__dict__.get("buffer")
-        if buffer is None or buffer.size < size:
-            buffer = self.buffer = np.empty(size, np.float32)
-        return buffer
-
-
-_COLUMNS = _ColumnBuffer()
+_COLUMNS = _ThreadBuffer()  # each thread's gathered rows of a tile (:class:`_Columns`)
 
 
 def _tile_operand(a_tile):
@@ -281,8 +270,7 @@ def _matmul_half_compiled(tiles: list, k: int, block: int, fused, nearest) -> No
         if len(groups) < 2 or acc.size * block * len(groups[0]) < _PARALLEL_WORK:
             run_tiles(index, index + 1)
             continue
-        if isinstance(a_tile, tuple):  # the threads share this tile's rows: gathered once, into a buffer of its own
-            a_tile = np.array(_tile_operand(a_tile))
+        a_tile = _tile_operand(a_tile)  # in this thread's buffer, which every thread reads until the tile is summed
         _sum_blocks_shared(acc.reshape(-1), groups,
                            lambda group, acc=acc, a_tile=a_tile, b_tile=b_tile: _block_products(
                                acc, a_tile, b_tile, group, block), accumulate, threads)
