@@ -1,8 +1,9 @@
 """Speed of the emulator on each array library: resnet50's forward at batch 16 in FP32 (the models' ops) and emulated
 at fp16 and fp8, on numpy and on torch (CPU; as ``--array torch:cpu`` runs it: the inputs moved to torch tensors once,
-every op on them), against onnxruntime's FP32 run of the suite's own graph of the model, timed in the same run, one thread each (BLAS, torch, onnxruntime and the emulator's threads), so that the
-ratios hold on a shared host. The target for the FP32 forward: at most 1.3x onnxruntime. Beside it, the FP32
-convolutions that dominate that forward, one of each kind, against torch's."""
+every op on them), against onnxruntime's FP32 run of the suite's own graph of the model, timed in the same run, one
+thread each (BLAS, torch, onnxruntime and the emulator's threads), so that the ratios hold on a shared host. The
+target for the FP32 forward: at most 1.3x onnxruntime. Beside it, the FP32 convolutions that dominate that forward,
+one of each kind, against torch's."""
 
 from __future__ import annotations
 
