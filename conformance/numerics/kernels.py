@@ -89,7 +89,9 @@ def _settings(partials, operand_format, block, rounding, rng, out_format, overfl
 
 def _max_magnitude(x: np.ndarray, fused) -> float:
     """max|x| (NaN when x holds one, 0 when empty): one compiled pass for contiguous float32 arrays on the compiled
-    path, numpy's abs and max otherwise."""
+    path, numpy's abs and max otherwise; for a convolution's :class:`_Columns` a bound on it, its input's."""
+    if isinstance(x, _Columns):
+        return x.max_magnitude(fused)
     if fused is not None and x.dtype == np.float32 and x.flags.c_contiguous:
         return compiled.max_magnitude(fused, x)
     with np.errstate(invalid="ignore"):
@@ -298,12 +300,7 @@ def _matmul_half(a: np.ndarray, b: np.ndarray, block: int, rounding: str, rng, o
     tiled = m * n >= _TILE // 2
     if isinstance(a, _Columns) and (fused is None or not tiled):
         a = a.materialize()
-    if isinstance(a, _Columns):  # |sum| <= K * max|a| * max|b|, max|a| at most the input's
-        bound = a.max_magnitude(fused) * _max_magnitude(b, fused) * k
-        saturation = not bound < _F16_MAX
-    else:
-        saturation = _saturation_possible(a, b, fused)
-    mode = overflow if (overflow == "nan" or saturation) else "unbounded"
+    mode = overflow if (overflow == "nan" or _saturation_possible(a, b, fused)) else "unbounded"
     nearest = nearest_rounding("f16", 0, mode, signed_zero=False)
 
     if tiled:
